@@ -1,0 +1,70 @@
+//! Runtime settings of the daemon, filled by the CLI (or by tests) and read everywhere else.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The Origin VS Code desktop sends from its Electron renderer; allowed by default because no
+/// web page can send it.
+pub const VSCODE_DESKTOP_ORIGIN: &str = "vscode-file://vscode-app";
+
+/// Default retained content per terminal, in bytes of UTF-8 text.
+pub const DEFAULT_SCROLLBACK_BYTES: usize = 1024 * 1024;
+
+/// Daemon settings.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// TCP address to listen on (default `127.0.0.1:8765`; port 0 picks a free port).
+    pub listen: SocketAddr,
+    /// Program run in every new terminal.
+    pub shell: PathBuf,
+    /// Origins allowed on a WebSocket upgrade besides [`VSCODE_DESKTOP_ORIGIN`]; compared
+    /// ASCII-case-insensitively, exactly (scheme, host and port).
+    pub allow_origins: Vec<String>,
+    /// Retained content per terminal, in bytes; older output is trimmed from the head.
+    pub scrollback_bytes: usize,
+    /// Time between SIGHUP and SIGKILL when a terminal is disposed.
+    pub kill_grace: Duration,
+    /// Inject shell integration into bash, zsh and fish.
+    pub shell_integration: bool,
+}
+
+impl Config {
+    /// The shell to use when none is configured: `$SHELL` if it names an executable file,
+    /// else `/bin/bash` if present, else `/bin/sh`.
+    pub fn default_shell() -> PathBuf {
+        if let Some(s) = std::env::var_os("SHELL") {
+            let p = PathBuf::from(s);
+            if p.is_absolute() && is_executable(&p) {
+                return p;
+            }
+        }
+        let bash = PathBuf::from("/bin/bash");
+        if is_executable(&bash) {
+            bash
+        } else {
+            PathBuf::from("/bin/sh")
+        }
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8765)),
+            shell: Config::default_shell(),
+            allow_origins: Vec::new(),
+            scrollback_bytes: DEFAULT_SCROLLBACK_BYTES,
+            kill_grace: Duration::from_millis(500),
+            shell_integration: true,
+        }
+    }
+}
+
+/// Whether `path` is a regular file with an execute bit set.
+pub fn is_executable(path: &std::path::Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path)
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
+}

@@ -1,0 +1,154 @@
+//! Channel URIs and working directories: what a string names, under the project's decisions
+//! D1 (any absolute URI with a non-reserved scheme is an opaque terminal key, kept
+//! byte-for-byte), D2 (unknown targets) and D4 (cwd accepted as a `file://` URI or an
+//! absolute path, always reported as a `file://` URI). Pure functions; no state.
+
+use std::path::{Path, PathBuf};
+
+use url::Url;
+
+use crate::rpc::error::RpcError;
+
+/// URI schemes reserved by AHP; never accepted as terminal keys.
+pub const RESERVED_SCHEMES: &[&str] = &[
+    "ahp-root",
+    "ahp-session",
+    "ahp-chat",
+    "ahp-changeset",
+    "ahp-resource-watch",
+    "ahp-otlp",
+    "ahp-automations",
+    "ahp-canvas",
+];
+
+/// The root channel.
+pub const ROOT: &str = ahp_types::ROOT_RESOURCE_URI;
+
+/// What a channel string refers to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChannelKind {
+    /// `ahp-root://`.
+    Root,
+    /// An `ahp-session:` or `ahp-chat:` URI (ahpty hosts none: -32001).
+    Session,
+    /// Another reserved scheme ahpty does not serve.
+    ReservedOther,
+    /// A terminal key (which may or may not exist).
+    Terminal,
+    /// Not an absolute URI.
+    Invalid(String),
+}
+
+/// Classifies a channel string.
+pub fn classify(channel: &str) -> ChannelKind {
+    if channel == ROOT {
+        return ChannelKind::Root;
+    }
+    match Url::parse(channel) {
+        Ok(url) => match url.scheme() {
+            "ahp-session" | "ahp-chat" => ChannelKind::Session,
+            s if RESERVED_SCHEMES.contains(&s) => ChannelKind::ReservedOther,
+            _ => ChannelKind::Terminal,
+        },
+        Err(e) => ChannelKind::Invalid(format!("{channel:?} is not an absolute URI: {e}")),
+    }
+}
+
+/// Checks a `createTerminal.channel` (D1): an absolute URI with a non-reserved scheme.
+/// Errors: -32602 naming the value.
+pub fn check_new_terminal_uri(channel: &str) -> Result<(), RpcError> {
+    match classify(channel) {
+        ChannelKind::Terminal => Ok(()),
+        ChannelKind::Invalid(msg) => Err(RpcError::invalid_params(format!("channel: {msg}"))),
+        _ => Err(RpcError::invalid_params(format!(
+            "channel: {channel:?} uses a scheme reserved by AHP; use e.g. ahp-terminal:/<id>"
+        ))),
+    }
+}
+
+/// Resolves a `createTerminal.cwd` (D4) to an existing directory.
+///
+/// Errors: a relative path, another URI scheme or a non-directory → -32602 naming it; a path
+/// that does not exist → -32008 naming it. Never falls back to another directory.
+pub fn resolve_cwd(cwd: &str) -> Result<PathBuf, RpcError> {
+    let path = if cwd.starts_with('/') {
+        PathBuf::from(cwd)
+    } else if let Ok(url) = Url::parse(cwd) {
+        if url.scheme() != "file" {
+            return Err(RpcError::invalid_params(format!(
+                "cwd: {cwd:?} must be a file:// URI or an absolute path"
+            )));
+        }
+        url.to_file_path().map_err(|_| {
+            RpcError::invalid_params(format!("cwd: {cwd:?} is not a local file URI"))
+        })?
+    } else {
+        return Err(RpcError::invalid_params(format!(
+            "cwd: {cwd:?} is relative; give a file:// URI or an absolute path"
+        )));
+    };
+    match std::fs::metadata(&path) {
+        Ok(m) if m.is_dir() => Ok(path),
+        Ok(_) => Err(RpcError::invalid_params(format!(
+            "cwd: {} is not a directory",
+            path.display()
+        ))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(RpcError::not_found(format!(
+            "cwd: directory {} does not exist",
+            path.display()
+        ))),
+        Err(e) => Err(RpcError::invalid_params(format!(
+            "cwd: cannot use {}: {e}",
+            path.display()
+        ))),
+    }
+}
+
+/// The `file://` URI of an absolute path (percent-encoded; D4).
+pub fn file_uri(path: &Path) -> String {
+    Url::from_file_path(path)
+        .map(String::from)
+        .unwrap_or_else(|_| format!("file://{}", path.display()))
+}
+
+/// The user's home directory: `$HOME`, else `/`.
+pub fn home_dir() -> PathBuf {
+    std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .unwrap_or_else(|| PathBuf::from("/"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classification() {
+        assert_eq!(classify("ahp-root://"), ChannelKind::Root);
+        assert_eq!(classify("ahp-session:/s1"), ChannelKind::Session);
+        assert_eq!(classify("ahp-chat:/c"), ChannelKind::Session);
+        assert_eq!(classify("ahp-automations://catalog"), ChannelKind::ReservedOther);
+        assert_eq!(classify("ahp-terminal:/t1"), ChannelKind::Terminal);
+        assert_eq!(classify("agenthost-terminal:/5f0c"), ChannelKind::Terminal);
+        assert!(matches!(classify("t1"), ChannelKind::Invalid(_)));
+        assert!(matches!(classify(""), ChannelKind::Invalid(_)));
+    }
+
+    #[test]
+    fn cwd_forms() {
+        assert_eq!(resolve_cwd("/").unwrap(), PathBuf::from("/"));
+        assert_eq!(resolve_cwd("file:///usr").unwrap(), PathBuf::from("/usr"));
+        assert_eq!(resolve_cwd("/definitely/not/here").unwrap_err().code, -32008);
+        assert_eq!(resolve_cwd("file:///definitely/not/here").unwrap_err().code, -32008);
+        assert_eq!(resolve_cwd("/etc/passwd").unwrap_err().code, -32602);
+        assert_eq!(resolve_cwd("tmp").unwrap_err().code, -32602);
+        assert_eq!(resolve_cwd("https://example.com/").unwrap_err().code, -32602);
+        assert!(resolve_cwd("/etc/passwd").unwrap_err().message.contains("/etc/passwd"));
+    }
+
+    #[test]
+    fn file_uris_are_percent_encoded() {
+        assert_eq!(file_uri(Path::new("/tmp/My Dir/✓")), "file:///tmp/My%20Dir/%E2%9C%93");
+    }
+}

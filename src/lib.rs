@@ -1,0 +1,15 @@
+//! ahpty — a standalone daemon serving Agent Host Protocol (AHP) 1.0 terminals over WebSocket.
+//!
+//! Data flows one way: pty bytes → [`terminal`] (UTF-8 assembly, shell-integration parsing)
+//! → actions → [`host`] (the authoritative store: reducers, `serverSeq`, fan-out) → each
+//! connection's outbox → [`server`] (WebSocket). Client requests come in through [`rpc`]
+//! (JSON-RPC framing and the method table) and reach the same host.
+
+pub mod config;
+pub mod host;
+pub mod rpc;
+pub mod server;
+pub mod terminal;
+
+pub use config::Config;
+pub use server::{serve, Server};

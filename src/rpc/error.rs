@@ -1,0 +1,87 @@
+//! JSON-RPC error values and the AHP error codes ahpty uses (`ahp-types` errors module;
+//! notes §10). Every failure a peer can cause is turned into one of these, never a panic.
+
+use ahp_types::errors::{ahp_error_codes as ahp, json_rpc_error_codes as rpc};
+use serde_json::Value;
+
+/// An error answer to one request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RpcError {
+    /// JSON-RPC or AHP error code.
+    pub code: i32,
+    /// Human-readable message; names the offending field or value.
+    pub message: String,
+    /// Optional structured detail (e.g. `supportedVersions` for -32005).
+    pub data: Option<Value>,
+}
+
+impl RpcError {
+    fn new(code: i32, message: impl Into<String>) -> Self {
+        RpcError {
+            code,
+            message: message.into(),
+            data: None,
+        }
+    }
+    /// -32700: the frame is not valid JSON.
+    pub fn parse_error(message: impl Into<String>) -> Self {
+        Self::new(rpc::PARSE_ERROR, message)
+    }
+    /// -32600: not a JSON-RPC 2.0 request object, or not allowed in this connection state.
+    pub fn invalid_request(message: impl Into<String>) -> Self {
+        Self::new(rpc::INVALID_REQUEST, message)
+    }
+    /// -32601: the method is not served by ahpty.
+    pub fn method_not_found(method: &str) -> Self {
+        Self::new(
+            rpc::METHOD_NOT_FOUND,
+            format!("method not found: {method}"),
+        )
+    }
+    /// -32602: bad or missing params; the message names the field.
+    pub fn invalid_params(message: impl Into<String>) -> Self {
+        Self::new(rpc::INVALID_PARAMS, message)
+    }
+    /// -32603: an internal failure (e.g. the shell could not be started).
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(rpc::INTERNAL_ERROR, message)
+    }
+    /// -32001: any `ahp-session:` / `ahp-chat:` target (ahpty hosts no sessions; D2).
+    pub fn session_not_found(uri: &str) -> Self {
+        Self::new(ahp::SESSION_NOT_FOUND, format!("session not found: {uri}"))
+    }
+    /// -32002: no agent provider is registered on this host.
+    pub fn provider_not_found() -> Self {
+        Self::new(
+            ahp::PROVIDER_NOT_FOUND,
+            "ahpty hosts terminals only; no agent provider is registered",
+        )
+    }
+    /// -32008: the terminal, directory or channel does not exist.
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(ahp::NOT_FOUND, message)
+    }
+    /// -32010: a terminal with this URI already exists.
+    pub fn already_exists(uri: &str) -> Self {
+        Self::new(
+            ahp::ALREADY_EXISTS,
+            format!("terminal already exists: {uri}"),
+        )
+    }
+    /// -32005 with `data.supportedVersions`; the connection is closed after it is sent.
+    pub fn unsupported_version(supported: &[&str]) -> Self {
+        RpcError {
+            code: ahp::UNSUPPORTED_PROTOCOL_VERSION,
+            message: "no supported protocol version offered".into(),
+            data: Some(serde_json::json!({ "supportedVersions": supported })),
+        }
+    }
+}
+
+impl std::fmt::Display for RpcError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.message, self.code)
+    }
+}
+
+impl std::error::Error for RpcError {}

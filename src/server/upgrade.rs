@@ -1,0 +1,158 @@
+//! Checks on the HTTP upgrade request, before any AHP traffic: cross-site protection.
+//!
+//! A browser page can open a WebSocket to localhost; these checks stop it (notes §2, §13):
+//! - an `Origin` header not in the allow-list → 403 (VS Code desktop's
+//!   `vscode-file://vscode-app` is allowed by default; clients that send no `Origin`, such as
+//!   the Rust SDK or websocat, are unaffected);
+//! - when bound to loopback, a `Host` header that is not a loopback name or address → 403
+//!   (DNS rebinding).
+//! Pure: reads headers, touches no state.
+
+use std::net::{IpAddr, SocketAddr};
+
+use http::StatusCode;
+use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request};
+
+use crate::config::VSCODE_DESKTOP_ORIGIN;
+
+/// What the upgrade request must satisfy.
+#[derive(Debug, Clone)]
+pub struct UpgradePolicy {
+    allowed_origins: Vec<String>,
+    check_host: bool,
+}
+
+impl UpgradePolicy {
+    /// Allows [`VSCODE_DESKTOP_ORIGIN`] plus `extra_origins`; checks `Host` when `listen` is a
+    /// loopback address.
+    pub fn new(extra_origins: &[String], listen: &SocketAddr) -> Self {
+        let mut allowed_origins = vec![VSCODE_DESKTOP_ORIGIN.to_string()];
+        allowed_origins.extend(
+            extra_origins
+                .iter()
+                .map(|o| o.trim_end_matches('/').to_ascii_lowercase()),
+        );
+        UpgradePolicy {
+            allowed_origins,
+            check_host: listen.ip().is_loopback(),
+        }
+    }
+
+    /// `Ok` to accept the upgrade, or the reason to refuse it with 403.
+    pub fn check(&self, request: &Request) -> Result<(), String> {
+        if let Some(origin) = request.headers().get(http::header::ORIGIN) {
+            let origin = origin
+                .to_str()
+                .map_err(|_| "Origin header is not valid text".to_string())?;
+            let normalized = origin.trim_end_matches('/').to_ascii_lowercase();
+            if !self.allowed_origins.contains(&normalized) {
+                return Err(format!(
+                    "Origin {origin:?} is not allowed (allow it with --allow-origin)"
+                ));
+            }
+        }
+        if self.check_host {
+            if let Some(host) = request.headers().get(http::header::HOST) {
+                let host = host
+                    .to_str()
+                    .map_err(|_| "Host header is not valid text".to_string())?;
+                if !is_loopback_host(host) {
+                    return Err(format!("Host {host:?} is not a loopback name or address"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The 403 answer for a refused upgrade.
+    pub fn refusal(reason: &str) -> ErrorResponse {
+        let mut response = ErrorResponse::new(Some(format!("{reason}\n")));
+        *response.status_mut() = StatusCode::FORBIDDEN;
+        response
+    }
+}
+
+/// `localhost`, `*.localhost`, 127.0.0.0/8 or `::1`, with an optional port.
+pub fn is_loopback_host(host: &str) -> bool {
+    let name = if let Some(rest) = host.strip_prefix('[') {
+        match rest.split_once(']') {
+            Some((addr, port)) if port.is_empty() || is_port(port) => addr,
+            _ => return false,
+        }
+    } else {
+        match host.rsplit_once(':') {
+            Some((name, port)) if is_port(port) => name,
+            Some(_) => return false,
+            None => host,
+        }
+    };
+    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    if name == "localhost" || name.ends_with(".localhost") {
+        return true;
+    }
+    name.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+fn is_port(s: &str) -> bool {
+    s.strip_prefix(':')
+        .unwrap_or(s)
+        .bytes()
+        .all(|b| b.is_ascii_digit())
+        && !s.trim_start_matches(':').is_empty()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_hosts() {
+        for ok in [
+            "localhost",
+            "localhost:8765",
+            "127.0.0.1",
+            "127.0.0.1:1",
+            "127.1.2.3:80",
+            "[::1]",
+            "[::1]:8765",
+            "LOCALHOST:1",
+            "app.localhost:3",
+        ] {
+            assert!(is_loopback_host(ok), "{ok}");
+        }
+        for bad in [
+            "attacker.example",
+            "attacker.example:8765",
+            "10.0.0.1:80",
+            "[::2]:1",
+            "localhost.evil.com",
+            "127.0.0.1:x",
+            "[::1]x",
+            "",
+        ] {
+            assert!(!is_loopback_host(bad), "{bad}");
+        }
+    }
+
+    fn request(headers: &[(&str, &str)]) -> Request {
+        let mut b = Request::builder().uri("/");
+        for (k, v) in headers {
+            b = b.header(*k, *v);
+        }
+        b.body(()).unwrap()
+    }
+
+    #[test]
+    fn origins() {
+        let listen: SocketAddr = "127.0.0.1:8765".parse().unwrap();
+        let p = UpgradePolicy::new(&["http://localhost:5173".into()], &listen);
+        assert!(p.check(&request(&[])).is_ok());
+        assert!(p.check(&request(&[("Origin", "vscode-file://vscode-app")])).is_ok());
+        assert!(p.check(&request(&[("Origin", "http://LOCALHOST:5173/")])).is_ok());
+        assert!(p.check(&request(&[("Origin", "https://evil.example")])).is_err());
+        assert!(p.check(&request(&[("Origin", "null")])).is_err());
+        assert!(p.check(&request(&[("Origin", "http://localhost:3000")])).is_err());
+        assert!(p.check(&request(&[("Host", "attacker.example")])).is_err());
+        assert!(p.check(&request(&[("Host", "localhost:8765")])).is_ok());
+    }
+}

@@ -1,0 +1,101 @@
+//! Terminals at the OS level: a pty process plus the threads that move its bytes.
+//!
+//! [`start`] spawns the program (see [`process`]), a reader thread that turns pty bytes into
+//! [`PtyEvent`]s through the [`output`] pipeline (UTF-8 assembly, shell-integration marks),
+//! and a waiter thread that reports the exit status. Everything arrives, in order, on one
+//! bounded channel of [`TerminalEvent`]s; when that channel is full the reader stops reading
+//! the pty, so a program that floods output blocks in `write` as in a real terminal.
+//! This module knows nothing of connections or `serverSeq`; the host consumes the events.
+
+pub mod output;
+pub mod process;
+pub mod utf8;
+
+use std::io::{self, Read};
+use std::sync::Arc;
+
+use ahp_types::actions::StateAction;
+use tokio::sync::mpsc;
+
+pub use output::OutputPipeline;
+pub use process::{PtyProcess, SpawnRequest};
+
+/// Largest accepted `cols` or `rows` of a terminal (createTerminal, `terminal/resized`).
+pub const MAX_DIMENSION: i64 = 4096;
+
+/// Size of one pty read, in bytes.
+pub const READ_BUFFER_BYTES: usize = 64 * 1024;
+
+/// Reads that may wait in the event channel before the reader thread stops reading the pty.
+const EVENT_CHANNEL_CAPACITY: usize = 32;
+
+/// One item of pty output, in stream order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PtyEvent {
+    /// Output text: valid UTF-8, shell-integration sequences removed.
+    Data(String),
+    /// A server-originated terminal action derived from the output (command marks, cwd, title).
+    Action(StateAction),
+}
+
+/// What a running terminal reports to the host.
+#[derive(Debug)]
+pub enum TerminalEvent {
+    /// Output of one pty read.
+    Output(Vec<PtyEvent>),
+    /// The pty reported end of file: every process holding it has exited.
+    Eof,
+    /// The program exited with this code (`128 + signal` for a signal death; `None` if
+    /// unknown).
+    Exited(Option<i64>),
+}
+
+/// Spawns `request` on a new pty and starts its reader and waiter threads.
+///
+/// Errors: the pty cannot be opened or the program cannot be started. Blocking (fork/exec).
+pub fn start(
+    request: SpawnRequest,
+    pipeline: OutputPipeline,
+) -> io::Result<(Arc<PtyProcess>, mpsc::Receiver<TerminalEvent>)> {
+    let (process, reader) = PtyProcess::spawn(request)?;
+    let pid = process.pid();
+    let (tx, rx) = mpsc::channel(EVENT_CHANNEL_CAPACITY);
+    let reader_tx = tx.clone();
+    std::thread::Builder::new()
+        .name(format!("pty-reader-{pid}"))
+        .spawn(move || reader_loop(reader, pipeline, reader_tx))?;
+    std::thread::Builder::new()
+        .name(format!("pty-waiter-{pid}"))
+        .spawn(move || {
+            let code = process::wait_exit(pid);
+            let _ = tx.blocking_send(TerminalEvent::Exited(code));
+        })?;
+    Ok((Arc::new(process), rx))
+}
+
+fn reader_loop(
+    mut reader: Box<dyn Read + Send>,
+    mut pipeline: OutputPipeline,
+    tx: mpsc::Sender<TerminalEvent>,
+) {
+    let mut buf = vec![0u8; READ_BUFFER_BYTES];
+    loop {
+        match reader.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                let events = pipeline.feed(&buf[..n]);
+                if !events.is_empty() && tx.blocking_send(TerminalEvent::Output(events)).is_err() {
+                    return;
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            // EIO is how Linux reports that the last process holding the pty slave is gone.
+            Err(_) => break,
+        }
+    }
+    let events = pipeline.finish();
+    if !events.is_empty() {
+        let _ = tx.blocking_send(TerminalEvent::Output(events));
+    }
+    let _ = tx.blocking_send(TerminalEvent::Eof);
+}

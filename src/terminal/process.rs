@@ -1,0 +1,256 @@
+//! The pty process: spawn a program on a fresh pseudo-terminal, write input, resize, wait for
+//! its exit status, and kill every process of its session.
+//!
+//! Uses `portable-pty` to open the pty and spawn (the child becomes a session leader with the
+//! pty as its controlling terminal). Input goes through a dedicated writer thread so a pty
+//! whose input buffer is full never blocks the async runtime. Exit statuses come from
+//! `waitpid` directly, so a signal death is reported as `128 + signal` (project decision D5).
+//! Touches only the OS (pty, signals, `/proc`); knows nothing of AHP.
+
+use std::ffi::OsString;
+use std::io::{self, Read, Write};
+use std::path::PathBuf;
+use std::sync::mpsc as std_mpsc;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, killpg, Signal};
+use nix::sys::wait::{waitpid, WaitStatus};
+use nix::unistd::Pid;
+use portable_pty::{native_pty_system, CommandBuilder, MasterPty, PtySize};
+
+/// What to run and how.
+#[derive(Debug, Clone)]
+pub struct SpawnRequest {
+    /// Program to execute (absolute path or a name looked up on `PATH`).
+    pub program: PathBuf,
+    /// Arguments after the program name.
+    pub args: Vec<OsString>,
+    /// Working directory; must be an existing directory (validated by the caller).
+    pub cwd: PathBuf,
+    /// Initial width in columns (1..=[`crate::terminal::MAX_DIMENSION`]).
+    pub cols: u16,
+    /// Initial height in rows (1..=[`crate::terminal::MAX_DIMENSION`]).
+    pub rows: u16,
+    /// Variables set on top of the daemon's own environment.
+    pub env: Vec<(OsString, OsString)>,
+    /// Variables removed from the inherited environment.
+    pub env_remove: Vec<OsString>,
+}
+
+/// A running (or exited, not yet disposed) pty process.
+pub struct PtyProcess {
+    pid: i32,
+    master: Mutex<Box<dyn MasterPty + Send>>,
+    input: Mutex<Option<std_mpsc::Sender<Vec<u8>>>>,
+}
+
+impl std::fmt::Debug for PtyProcess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PtyProcess").field("pid", &self.pid).finish()
+    }
+}
+
+/// The read side of the pty master: raw output bytes of everything running on the pty.
+pub type PtyReader = Box<dyn Read + Send>;
+
+impl PtyProcess {
+    /// Opens a pty of the requested size and spawns the program on it.
+    ///
+    /// Errors: the pty cannot be opened, or the program cannot be executed (the message names
+    /// the program). Blocking (fork/exec): call from a blocking context.
+    pub fn spawn(req: SpawnRequest) -> io::Result<(PtyProcess, PtyReader)> {
+        let pty_system = native_pty_system();
+        let pair = pty_system
+            .openpty(PtySize {
+                rows: req.rows,
+                cols: req.cols,
+                pixel_width: 0,
+                pixel_height: 0,
+            })
+            .map_err(|e| io::Error::other(format!("cannot open a pty: {e}")))?;
+        let mut cmd = CommandBuilder::new(&req.program);
+        cmd.args(&req.args);
+        cmd.cwd(&req.cwd);
+        for key in &req.env_remove {
+            cmd.env_remove(key);
+        }
+        for (k, v) in &req.env {
+            cmd.env(k, v);
+        }
+        let child = pair.slave.spawn_command(cmd).map_err(|e| {
+            io::Error::other(format!("cannot start {}: {e}", req.program.display()))
+        })?;
+        // Close our copy of the slave so that EOF arrives once every process on it is gone.
+        drop(pair.slave);
+        let pid = child
+            .process_id()
+            .ok_or_else(|| io::Error::other("spawned process has no pid"))? as i32;
+        // Exit statuses are collected with waitpid (see `wait_exit`), not through `child`.
+        drop(child);
+        let reader = pair
+            .master
+            .try_clone_reader()
+            .map_err(|e| io::Error::other(format!("cannot read the pty: {e}")))?;
+        let writer = pair
+            .master
+            .take_writer()
+            .map_err(|e| io::Error::other(format!("cannot write the pty: {e}")))?;
+        let (tx, rx) = std_mpsc::channel::<Vec<u8>>();
+        std::thread::Builder::new()
+            .name(format!("pty-writer-{pid}"))
+            .spawn(move || writer_loop(writer, rx))?;
+        Ok((
+            PtyProcess {
+                pid,
+                master: Mutex::new(pair.master),
+                input: Mutex::new(Some(tx)),
+            },
+            reader,
+        ))
+    }
+
+    /// Process id of the program, which is also its session id and process group id.
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// Queues bytes for the pty; never blocks. Bytes are written in order, unmodified.
+    /// Returns false when the writer has stopped (the pty is gone).
+    pub fn write(&self, bytes: Vec<u8>) -> bool {
+        let guard = match self.input.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        match guard.as_ref() {
+            Some(tx) => tx.send(bytes).is_ok(),
+            None => false,
+        }
+    }
+
+    /// Sets the pty window size; the foreground process group receives SIGWINCH.
+    pub fn resize(&self, cols: u16, rows: u16) -> io::Result<()> {
+        let master = match self.master.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        master
+            .resize(PtySize {
+                rows,
+                cols,
+                pixel_width: 0,
+                pixel_height: 0,
+            })
+            .map_err(|e| io::Error::other(e.to_string()))
+    }
+
+    /// Kills every process of the terminal's session: SIGHUP (and SIGCONT, so stopped jobs
+    /// see it) to every process group in the session, then SIGKILL to whatever is still alive
+    /// after `grace`. Returns once no process of the session is left or after `grace` plus one
+    /// second. Processes that left the session (`setsid`) are out of reach. Blocking.
+    pub fn kill_session(&self, grace: Duration) {
+        // Stop accepting input so the writer thread ends.
+        if let Ok(mut g) = self.input.lock() {
+            g.take();
+        }
+        kill_session(self.pid, grace);
+    }
+}
+
+fn writer_loop(mut writer: Box<dyn Write + Send>, rx: std_mpsc::Receiver<Vec<u8>>) {
+    while let Ok(bytes) = rx.recv() {
+        if let Err(e) = writer.write_all(&bytes).and_then(|_| writer.flush()) {
+            tracing::debug!(error = %e, "pty writer stopped");
+            return;
+        }
+    }
+}
+
+/// Blocks until the process `pid` (a child of this daemon) exits; returns its exit code,
+/// `128 + signal` for a signal death (decision D5). `None` if it cannot be waited for.
+pub fn wait_exit(pid: i32) -> Option<i64> {
+    loop {
+        match waitpid(Pid::from_raw(pid), None) {
+            Ok(WaitStatus::Exited(_, code)) => return Some(i64::from(code)),
+            Ok(WaitStatus::Signaled(_, sig, _)) => return Some(128 + sig as i64),
+            Ok(_) => continue,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => {
+                tracing::warn!(pid, error = %e, "waitpid failed");
+                return None;
+            }
+        }
+    }
+}
+
+/// Process ids and process group ids of every live process whose session id is `sid`,
+/// read from `/proc/<pid>/stat`.
+pub fn session_members(sid: i32) -> Vec<(i32, i32)> {
+    let mut out = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for entry in dir.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // The command name is in parentheses and may itself hold spaces or parentheses.
+        let Some(after) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+            continue;
+        };
+        let fields: Vec<&str> = after.split_whitespace().collect();
+        // After the name: state, ppid, pgrp, session.
+        if fields.len() < 4 || fields[0] == "Z" {
+            continue;
+        }
+        let (Ok(pgrp), Ok(session)) = (fields[2].parse::<i32>(), fields[3].parse::<i32>()) else {
+            continue;
+        };
+        if session == sid {
+            out.push((pid, pgrp));
+        }
+    }
+    out
+}
+
+fn signal_all(members: &[(i32, i32)], sig: Signal) {
+    let mut groups: Vec<i32> = members.iter().map(|&(_, g)| g).collect();
+    groups.sort_unstable();
+    groups.dedup();
+    for g in groups {
+        let _ = killpg(Pid::from_raw(g), sig);
+    }
+    for &(p, _) in members {
+        let _ = kill(Pid::from_raw(p), sig);
+    }
+}
+
+/// See [`PtyProcess::kill_session`].
+pub fn kill_session(sid: i32, grace: Duration) {
+    let members = session_members(sid);
+    if members.is_empty() {
+        return;
+    }
+    signal_all(&members, Signal::SIGHUP);
+    signal_all(&members, Signal::SIGCONT);
+    let deadline = Instant::now() + grace;
+    while Instant::now() < deadline {
+        if session_members(sid).is_empty() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let deadline = Instant::now() + Duration::from_secs(1);
+    loop {
+        let left = session_members(sid);
+        if left.is_empty() || Instant::now() >= deadline {
+            return;
+        }
+        signal_all(&left, Signal::SIGKILL);
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
