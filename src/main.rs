@@ -1,5 +1,6 @@
 //! The `ahpty` command line: parse arguments, set up logging, run the daemon.
 
+use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -61,6 +62,7 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     let Command::Serve(args) = cli.command;
     let shell = args.shell.unwrap_or_else(Config::default_shell);
