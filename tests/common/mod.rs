@@ -627,6 +627,11 @@ impl Raw {
         self.received[self.cursor - 1].clone()
     }
 
+    /// Marks every message received so far as seen by [`Raw::next_message`].
+    pub fn skip_seen(&mut self) {
+        self.cursor = self.received.len();
+    }
+
     /// The next message that is not an `action` notification (a response).
     pub async fn next_response(&mut self, timeout: Duration) -> Value {
         let deadline = tokio::time::Instant::now() + timeout;
