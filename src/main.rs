@@ -78,7 +78,10 @@ fn main() -> ExitCode {
         kill_grace: Duration::from_millis(args.kill_grace_ms),
         shell_integration: !args.no_shell_integration,
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("ahpty: cannot start the async runtime: {e}");

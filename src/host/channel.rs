@@ -128,7 +128,10 @@ mod tests {
         assert_eq!(classify("ahp-root://"), ChannelKind::Root);
         assert_eq!(classify("ahp-session:/s1"), ChannelKind::Session);
         assert_eq!(classify("ahp-chat:/c"), ChannelKind::Session);
-        assert_eq!(classify("ahp-automations://catalog"), ChannelKind::ReservedOther);
+        assert_eq!(
+            classify("ahp-automations://catalog"),
+            ChannelKind::ReservedOther
+        );
         assert_eq!(classify("ahp-terminal:/t1"), ChannelKind::Terminal);
         assert_eq!(classify("agenthost-terminal:/5f0c"), ChannelKind::Terminal);
         assert!(matches!(classify("t1"), ChannelKind::Invalid(_)));
@@ -139,16 +142,31 @@ mod tests {
     fn cwd_forms() {
         assert_eq!(resolve_cwd("/").unwrap(), PathBuf::from("/"));
         assert_eq!(resolve_cwd("file:///usr").unwrap(), PathBuf::from("/usr"));
-        assert_eq!(resolve_cwd("/definitely/not/here").unwrap_err().code, -32008);
-        assert_eq!(resolve_cwd("file:///definitely/not/here").unwrap_err().code, -32008);
+        assert_eq!(
+            resolve_cwd("/definitely/not/here").unwrap_err().code,
+            -32008
+        );
+        assert_eq!(
+            resolve_cwd("file:///definitely/not/here").unwrap_err().code,
+            -32008
+        );
         assert_eq!(resolve_cwd("/etc/passwd").unwrap_err().code, -32602);
         assert_eq!(resolve_cwd("tmp").unwrap_err().code, -32602);
-        assert_eq!(resolve_cwd("https://example.com/").unwrap_err().code, -32602);
-        assert!(resolve_cwd("/etc/passwd").unwrap_err().message.contains("/etc/passwd"));
+        assert_eq!(
+            resolve_cwd("https://example.com/").unwrap_err().code,
+            -32602
+        );
+        assert!(resolve_cwd("/etc/passwd")
+            .unwrap_err()
+            .message
+            .contains("/etc/passwd"));
     }
 
     #[test]
     fn file_uris_are_percent_encoded() {
-        assert_eq!(file_uri(Path::new("/tmp/My Dir/✓")), "file:///tmp/My%20Dir/%E2%9C%93");
+        assert_eq!(
+            file_uri(Path::new("/tmp/My Dir/✓")),
+            "file:///tmp/My%20Dir/%E2%9C%93"
+        );
     }
 }

@@ -35,7 +35,9 @@ use tokio_tungstenite::tungstenite::Utf8Bytes;
 use crate::config::Config;
 use crate::rpc::error::RpcError;
 use crate::rpc::frame;
-use crate::terminal::{self, OutputPipeline, PtyEvent, PtyProcess, SpawnRequest};
+use crate::terminal::{
+    self, shell_integration, OutputPipeline, PtyEvent, PtyProcess, SpawnRequest,
+};
 use channel::ChannelKind;
 pub use outbox::{Outbox, OutboxReceiver, Outgoing};
 
@@ -174,7 +176,10 @@ impl Host {
         let mut snapshots = Vec::new();
         for uri in subscriptions {
             if let Ok(s) = inner.subscribe(conn, uri) {
-                if !snapshots.iter().any(|x: &Snapshot| x.resource == s.resource) {
+                if !snapshots
+                    .iter()
+                    .any(|x: &Snapshot| x.resource == s.resource)
+                {
                     snapshots.push(s);
                 }
             }
@@ -256,9 +261,24 @@ impl Host {
                 TerminalClaim::Session(_) => me,
             }
         };
+        let cwd_uri = channel::file_uri(&cwd);
+        let nonce = shell_integration::new_nonce();
+        let inject = self.config.shell_integration;
         let request = self.spawn_request(shell.clone(), cwd.clone(), cols, rows);
-        let pipeline = OutputPipeline::plain();
-        let started = tokio::task::spawn_blocking(move || terminal::start(request, pipeline)).await;
+        let pipeline = OutputPipeline::new(nonce.clone(), Some(cwd_uri.clone()));
+        let started = tokio::task::spawn_blocking(move || {
+            let mut request = request;
+            if inject {
+                let injection = shell_integration::prepare(&request.program, &nonce)?;
+                // The injected arguments (e.g. bash's --rcfile) come first.
+                let mut args = injection.args;
+                args.append(&mut request.args);
+                request.args = args;
+                request.env.extend(injection.env);
+            }
+            terminal::start(request, pipeline)
+        })
+        .await;
         let (process, events) = match started {
             Ok(Ok(x)) => x,
             Ok(Err(e)) => {
@@ -278,7 +298,7 @@ impl Host {
             inner.next_terminal += 1;
             let state = TerminalState {
                 title,
-                cwd: Some(channel::file_uri(&cwd)),
+                cwd: Some(cwd_uri),
                 cols: Some(i64::from(cols)),
                 rows: Some(i64::from(rows)),
                 content: Vec::new(),
@@ -340,28 +360,38 @@ impl Host {
         }
     }
 
-    /// `disposeTerminal` (notes §9.6): removes the terminal (no more actions on its channel),
-    /// emits `root/terminalsChanged`, then kills every process of its session and waits
-    /// for that. Errors: unknown terminal → -32008; session/chat URI → -32001.
-    pub async fn dispose_terminal(&self, uri: &str) -> Result<(), RpcError> {
-        let process = {
-            let mut inner = self.lock();
-            match channel::classify(uri) {
-                ChannelKind::Session => return Err(RpcError::session_not_found(uri)),
-                ChannelKind::Invalid(msg) => {
-                    return Err(RpcError::invalid_params(format!("channel: {msg}")))
-                }
-                _ => {}
+    /// `disposeTerminal` (notes §9.6), first half: removes the terminal (no more actions on
+    /// its channel; its URI is free again) and emits `root/terminalsChanged`. The caller then
+    /// kills its processes with [`Host::kill`] before answering.
+    /// Errors: unknown terminal → -32008; session/chat URI → -32001; not a URI → -32602.
+    pub fn remove_terminal(&self, uri: &str) -> Result<Arc<PtyProcess>, RpcError> {
+        let mut inner = self.lock();
+        match channel::classify(uri) {
+            ChannelKind::Session => return Err(RpcError::session_not_found(uri)),
+            ChannelKind::Invalid(msg) => {
+                return Err(RpcError::invalid_params(format!("channel: {msg}")))
             }
-            let Some(entry) = inner.terminals.remove(uri) else {
-                return Err(RpcError::not_found(format!("terminal not found: {uri}")));
-            };
-            inner.emit_root_terminals();
-            entry.process
+            _ => {}
+        }
+        let Some(entry) = inner.terminals.remove(uri) else {
+            return Err(RpcError::not_found(format!("terminal not found: {uri}")));
         };
-        tracing::info!(terminal = %uri, pid = process.pid(), "terminal disposed");
+        inner.emit_root_terminals();
+        tracing::info!(terminal = %uri, pid = entry.process.pid(), "terminal disposed");
+        Ok(entry.process)
+    }
+
+    /// Kills every process of a removed terminal's session (SIGHUP, then SIGKILL after the
+    /// configured grace) and waits until they are gone.
+    pub async fn kill(&self, process: Arc<PtyProcess>) {
         let grace = self.config.kill_grace;
         let _ = tokio::task::spawn_blocking(move || process.kill_session(grace)).await;
+    }
+
+    /// `disposeTerminal`: [`Host::remove_terminal`] then [`Host::kill`].
+    pub async fn dispose_terminal(&self, uri: &str) -> Result<(), RpcError> {
+        let process = self.remove_terminal(uri)?;
+        self.kill(process).await;
         Ok(())
     }
 
@@ -421,7 +451,7 @@ impl Host {
                 PtyEvent::Data(d) => text.push_str(&d),
                 PtyEvent::Action(a) => {
                     inner.emit_data(uri, std::mem::take(&mut text), cap);
-                    inner.apply_server_action(uri, a, cap);
+                    inner.apply_server_action(uri, *a, cap);
                 }
             }
         }
@@ -452,7 +482,11 @@ impl Host {
             let mut inner = self.lock();
             inner.shutting_down = true;
             let processes: Vec<_> = inner.terminals.drain().map(|(_, t)| t.process).collect();
-            let outboxes: Vec<_> = inner.connections.values().map(|c| c.outbox.clone()).collect();
+            let outboxes: Vec<_> = inner
+                .connections
+                .values()
+                .map(|c| c.outbox.clone())
+                .collect();
             (processes, outboxes)
         };
         let grace = self.config.kill_grace;
@@ -465,6 +499,9 @@ impl Host {
         }
         for o in outboxes {
             o.close(1001, "ahpty is shutting down");
+        }
+        if let Err(e) = shell_integration::remove_script_dir() {
+            tracing::debug!(error = %e, "cannot remove the shell-integration script directory");
         }
     }
 
@@ -592,11 +629,12 @@ impl Inner {
 
     /// A server-originated action derived from output (title, cwd, command marks).
     fn apply_server_action(&mut self, uri: &str, action: StateAction, cap: usize) {
-        if let StateAction::TerminalTitleChanged(_) = &action {
+        if let StateAction::TerminalTitleChanged(change) = &action {
             let Some(t) = self.terminals.get(uri) else {
                 return;
             };
-            if t.renamed_by_client {
+            // A client's rename wins over escape sequences; an unchanged title is not news.
+            if t.renamed_by_client || t.state.title == change.title {
                 return;
             }
             self.emit_terminal(uri, action, None, cap);
@@ -730,7 +768,7 @@ fn size_param(name: &str, value: Option<i64>, default: u16) -> Result<u16, RpcEr
     match value {
         None => Ok(default),
         Some(v) => validate::dimension_value(name, &Value::from(v))
-            .map_err(|m| RpcError::invalid_params(m)),
+            .map_err(RpcError::invalid_params),
     }
 }
 

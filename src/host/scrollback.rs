@@ -68,7 +68,10 @@ fn cut_point(text: &str, at: usize) -> usize {
         cut += 1;
     }
     let window_end = (cut + LINE_SEARCH_BYTES).min(text.len());
-    if let Some(nl) = text.as_bytes()[cut..window_end].iter().position(|&b| b == b'\n') {
+    if let Some(nl) = text.as_bytes()[cut..window_end]
+        .iter()
+        .position(|&b| b == b'\n')
+    {
         cut += nl + 1;
     }
     cut
@@ -87,7 +90,9 @@ mod tests {
             rows: None,
             content: parts,
             lifecycle: TerminalLifecycleState::Running(TerminalRunningLifecycleState {}),
-            claim: TerminalClaim::Client(TerminalClientClaim { client_id: "c".into() }),
+            claim: TerminalClaim::Client(TerminalClientClaim {
+                client_id: "c".into(),
+            }),
             supports_command_detection: None,
             is_pty: Some(true),
         }
@@ -102,12 +107,16 @@ mod tests {
         let mut s = state(vec![text(&"é".repeat(1000))]);
         let total = trim(&mut s, 999);
         assert!(total <= 999);
-        let TerminalContentPart::Unclassified(u) = &s.content[0] else { panic!() };
+        let TerminalContentPart::Unclassified(u) = &s.content[0] else {
+            panic!()
+        };
         assert!(u.value.chars().all(|c| c == 'é'));
 
         let mut s = state(vec![text("line one\nline two\nline three\n")]);
         trim(&mut s, 20);
-        let TerminalContentPart::Unclassified(u) = &s.content[0] else { panic!() };
+        let TerminalContentPart::Unclassified(u) = &s.content[0] else {
+            panic!()
+        };
         assert_eq!(u.value, "line three\n");
     }
 

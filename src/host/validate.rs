@@ -47,9 +47,7 @@ pub fn terminal_action(raw: &Value) -> Result<StateAction, String> {
         "terminal/titleChanged" => {
             let title = require_string(obj, "title")?;
             if title.chars().count() > MAX_TITLE_CHARS {
-                return Err(format!(
-                    "title is longer than {MAX_TITLE_CHARS} characters"
-                ));
+                return Err(format!("title is longer than {MAX_TITLE_CHARS} characters"));
             }
         }
         "terminal/cleared" => {}
@@ -105,7 +103,11 @@ pub fn parse_claim(raw: &Value) -> Result<TerminalClaim, String> {
             optional_string(obj, "turnId")?;
             optional_string(obj, "toolCallId")?;
         }
-        Some(k) => return Err(format!("claim.kind {k:?} is neither \"client\" nor \"session\"")),
+        Some(k) => {
+            return Err(format!(
+                "claim.kind {k:?} is neither \"client\" nor \"session\""
+            ))
+        }
         None => return Err("claim.kind must be \"client\" or \"session\"".into()),
     }
     serde_json::from_value(raw.clone()).map_err(|e| format!("malformed claim: {e}"))
@@ -181,7 +183,9 @@ pub fn dimension_value(key: &str, v: &Value) -> Result<u16, String> {
         .filter(|_| v.is_i64() || v.is_u64())
         .ok_or_else(|| format!("{key} must be an integer, got {v}"))?;
     if !(1..=MAX_DIMENSION).contains(&n) {
-        return Err(format!("{key} must be between 1 and {MAX_DIMENSION}, got {n}"));
+        return Err(format!(
+            "{key} must be between 1 and {MAX_DIMENSION}, got {n}"
+        ));
     }
     u16::try_from(n).map_err(|_| format!("{key} out of range"))
 }
@@ -223,7 +227,10 @@ mod tests {
     fn claims() {
         let bad = json!({"type":"terminal/claimed","claim":{"kind":"session","session":"ahp-session:/s"}});
         assert!(terminal_action(&bad).is_err());
-        let tool = parse_claim(&json!({"kind":"session","session":"s:/1","chat":"c:/1","turnId":"t","toolCallId":"x"})).unwrap();
+        let tool = parse_claim(
+            &json!({"kind":"session","session":"s:/1","chat":"c:/1","turnId":"t","toolCallId":"x"}),
+        )
+        .unwrap();
         let bg = parse_claim(&json!({"kind":"session","session":"s:/1","chat":"c:/1"})).unwrap();
         let other = parse_claim(&json!({"kind":"session","session":"s:/2","chat":"c:/1"})).unwrap();
         let client = parse_claim(&json!({"kind":"client","clientId":"b"})).unwrap();

@@ -1,8 +1,10 @@
 //! The method table: one connection's view of AHP methods (notes §3, §5, §11).
 //!
 //! Before `initialize` only `ping`, `initialize` and `reconnect` are served (others → -32600).
-//! Requests are answered promptly: the ones that wait on processes (`createTerminal`,
-//! `disposeTerminal`) run in their own task so a `ping` is never stuck behind them.
+//! Requests take effect in the order they arrive (a `subscribe` sent right after
+//! `createTerminal` finds the terminal). The only wait inline is spawning a shell (a fork/exec);
+//! `disposeTerminal` removes the terminal inline and waits for its processes to die in a
+//! separate task, so a `ping` is never stuck behind it.
 
 use std::sync::Arc;
 
@@ -66,7 +68,7 @@ impl RpcConnection {
     }
 
     /// Handles one frame's text.
-    pub fn handle_text(&mut self, text: &str) -> Flow {
+    pub async fn handle_text(&mut self, text: &str) -> Flow {
         match frame::parse(text) {
             Incoming::Invalid { id, error } => {
                 self.outbox.send(frame::error(&id, &error));
@@ -77,7 +79,7 @@ impl RpcConnection {
                 self.notification(&method, params);
                 Flow::Continue
             }
-            Incoming::Request { id, method, params } => self.request(id, &method, params),
+            Incoming::Request { id, method, params } => self.request(id, &method, params).await,
         }
     }
 
@@ -116,7 +118,7 @@ impl RpcConnection {
         Ok(())
     }
 
-    fn request(&mut self, id: Value, method: &str, params: Value) -> Flow {
+    async fn request(&mut self, id: Value, method: &str, params: Value) -> Flow {
         match method {
             "ping" => {
                 self.reply(&id, Ok(Value::Null));
@@ -148,7 +150,7 @@ impl RpcConnection {
         }
         match method {
             "subscribe" => self.subscribe(id, params),
-            "createTerminal" => self.create_terminal(id, params),
+            "createTerminal" => self.create_terminal(id, params).await,
             "disposeTerminal" => self.dispose_terminal(id, params),
             "dispatchAction" => {
                 let r = self.dispatch_action(params).map(|_| Value::Null);
@@ -249,18 +251,19 @@ impl RpcConnection {
             Ok(p) => p,
             Err(e) => return self.reply(&id, Err(e)),
         };
-        self.host.subscribe(self.conn, &p.channel, |result| match result {
-            Ok(snapshot) => frame::success(
-                &id,
-                SubscribeResult {
-                    snapshot: Some(snapshot),
-                },
-            ),
-            Err(e) => frame::error(&id, &e),
-        });
+        self.host
+            .subscribe(self.conn, &p.channel, |result| match result {
+                Ok(snapshot) => frame::success(
+                    &id,
+                    SubscribeResult {
+                        snapshot: Some(snapshot),
+                    },
+                ),
+                Err(e) => frame::error(&id, &e),
+            });
     }
 
-    fn create_terminal(&mut self, id: Value, params: Value) {
+    async fn create_terminal(&mut self, id: Value, params: Value) {
         let p: CreateTerminalParams = match params::decode(&params) {
             Ok(p) => p,
             Err(e) => return self.reply(&id, Err(e)),
@@ -272,16 +275,8 @@ impl RpcConnection {
                 return self.reply(&id, Err(RpcError::invalid_params(format!("claim: {msg}"))));
             }
         }
-        let host = self.host.clone();
-        let outbox = self.outbox.clone();
-        let conn = self.conn;
-        tokio::spawn(async move {
-            let text = match host.create_terminal(conn, p).await {
-                Ok(()) => frame::success(&id, Value::Null),
-                Err(e) => frame::error(&id, &e),
-            };
-            outbox.send(text);
-        });
+        let result = self.host.create_terminal(self.conn, p).await;
+        self.reply(&id, result.map(|()| Value::Null));
     }
 
     fn dispose_terminal(&mut self, id: Value, params: Value) {
@@ -289,14 +284,15 @@ impl RpcConnection {
             Ok(p) => p,
             Err(e) => return self.reply(&id, Err(e)),
         };
+        let process = match self.host.remove_terminal(&p.channel) {
+            Ok(p) => p,
+            Err(e) => return self.reply(&id, Err(e)),
+        };
         let host = self.host.clone();
         let outbox = self.outbox.clone();
         tokio::spawn(async move {
-            let text = match host.dispose_terminal(&p.channel).await {
-                Ok(()) => frame::success(&id, Value::Null),
-                Err(e) => frame::error(&id, &e),
-            };
-            outbox.send(text);
+            host.kill(process).await;
+            outbox.send(frame::success(&id, Value::Null));
         });
     }
 }
@@ -317,7 +313,11 @@ fn no_agents_answer(method: &str, params: &Value) -> Result<Value, RpcError> {
             Err(RpcError::provider_not_found())
         }
         "disposeSession" => Err(RpcError::session_not_found(channel)),
-        "createChat" | "disposeChat" | "moveChat" | "fetchTurns" | "completions"
+        "createChat"
+        | "disposeChat"
+        | "moveChat"
+        | "fetchTurns"
+        | "completions"
         | "invokeChangesetOperation"
             if addressed_to_session =>
         {

@@ -33,10 +33,7 @@ impl RpcError {
     }
     /// -32601: the method is not served by ahpty.
     pub fn method_not_found(method: &str) -> Self {
-        Self::new(
-            rpc::METHOD_NOT_FOUND,
-            format!("method not found: {method}"),
-        )
+        Self::new(rpc::METHOD_NOT_FOUND, format!("method not found: {method}"))
     }
     /// -32602: bad or missing params; the message names the field.
     pub fn invalid_params(message: impl Into<String>) -> Self {

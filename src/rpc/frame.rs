@@ -184,7 +184,12 @@ mod tests {
 
     #[test]
     fn ids_are_echoed_verbatim() {
-        for id in [json!(1), json!("a-1"), json!(18446744073709551615u64), json!(-3)] {
+        for id in [
+            json!(1),
+            json!("a-1"),
+            json!(18446744073709551615u64),
+            json!(-3),
+        ] {
             let text = json!({"jsonrpc":"2.0","id":id,"method":"ping"}).to_string();
             match parse(&text) {
                 Incoming::Request { id: got, .. } => {
@@ -206,12 +211,18 @@ mod tests {
         };
         assert_eq!(code("{"), -32700);
         assert_eq!(code("[]"), -32600);
-        assert_eq!(code(r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#), -32600);
+        assert_eq!(
+            code(r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#),
+            -32600
+        );
         assert_eq!(code("42"), -32600);
         assert_eq!(code(r#"{"id":1,"method":"ping"}"#), -32600);
         assert_eq!(code(r#"{"jsonrpc":"2.0","id":{},"method":"ping"}"#), -32600);
         assert_eq!(code(r#"{"jsonrpc":"2.0","id":1,"method":5}"#), -32600);
-        assert_eq!(code(r#"{"jsonrpc":"2.0","id":1,"method":"ping","params":[1]}"#), -32602);
+        assert_eq!(
+            code(r#"{"jsonrpc":"2.0","id":1,"method":"ping","params":[1]}"#),
+            -32602
+        );
     }
 
     #[test]

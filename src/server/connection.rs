@@ -34,6 +34,8 @@ const CLOSE_LINGER: Duration = Duration::from_secs(1);
 type Sink = SplitSink<WebSocketStream<TcpStream>, Message>;
 
 /// Serves one accepted TCP connection until either side closes it.
+// The handshake callback's error type is fixed by tungstenite.
+#[allow(clippy::result_large_err)]
 pub async fn handle(
     stream: TcpStream,
     peer: SocketAddr,
@@ -80,9 +82,9 @@ pub async fn handle(
         tokio::select! {
             message = source.next() => {
                 let flow = match message {
-                    Some(Ok(Message::Text(text))) => rpc.handle_text(text.as_str()),
+                    Some(Ok(Message::Text(text))) => rpc.handle_text(text.as_str()).await,
                     Some(Ok(Message::Binary(bytes))) => match std::str::from_utf8(&bytes) {
-                        Ok(text) => rpc.handle_text(text),
+                        Ok(text) => rpc.handle_text(text).await,
                         Err(_) => {
                             outbox.send(frame::error(
                                 &serde_json::Value::Null,
@@ -121,7 +123,10 @@ pub async fn handle(
     drop(rpc);
     if !writer_done {
         outbox.close(1000, "");
-        if tokio::time::timeout(CLOSE_LINGER, &mut writer).await.is_err() {
+        if tokio::time::timeout(CLOSE_LINGER, &mut writer)
+            .await
+            .is_err()
+        {
             writer.abort();
         }
     }

@@ -6,6 +6,7 @@
 //!   the Rust SDK or websocat, are unaffected);
 //! - when bound to loopback, a `Host` header that is not a loopback name or address → 403
 //!   (DNS rebinding).
+//!
 //! Pure: reads headers, touches no state.
 
 use std::net::{IpAddr, SocketAddr};
@@ -147,11 +148,19 @@ mod tests {
         let listen: SocketAddr = "127.0.0.1:8765".parse().unwrap();
         let p = UpgradePolicy::new(&["http://localhost:5173".into()], &listen);
         assert!(p.check(&request(&[])).is_ok());
-        assert!(p.check(&request(&[("Origin", "vscode-file://vscode-app")])).is_ok());
-        assert!(p.check(&request(&[("Origin", "http://LOCALHOST:5173/")])).is_ok());
-        assert!(p.check(&request(&[("Origin", "https://evil.example")])).is_err());
+        assert!(p
+            .check(&request(&[("Origin", "vscode-file://vscode-app")]))
+            .is_ok());
+        assert!(p
+            .check(&request(&[("Origin", "http://LOCALHOST:5173/")]))
+            .is_ok());
+        assert!(p
+            .check(&request(&[("Origin", "https://evil.example")]))
+            .is_err());
         assert!(p.check(&request(&[("Origin", "null")])).is_err());
-        assert!(p.check(&request(&[("Origin", "http://localhost:3000")])).is_err());
+        assert!(p
+            .check(&request(&[("Origin", "http://localhost:3000")]))
+            .is_err());
         assert!(p.check(&request(&[("Host", "attacker.example")])).is_err());
         assert!(p.check(&request(&[("Host", "localhost:8765")])).is_ok());
     }

@@ -9,6 +9,7 @@
 
 pub mod output;
 pub mod process;
+pub mod shell_integration;
 pub mod utf8;
 
 use std::io::{self, Read};
@@ -35,7 +36,7 @@ pub enum PtyEvent {
     /// Output text: valid UTF-8, shell-integration sequences removed.
     Data(String),
     /// A server-originated terminal action derived from the output (command marks, cwd, title).
-    Action(StateAction),
+    Action(Box<StateAction>),
 }
 
 /// What a running terminal reports to the host.

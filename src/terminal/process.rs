@@ -47,7 +47,9 @@ pub struct PtyProcess {
 
 impl std::fmt::Debug for PtyProcess {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PtyProcess").field("pid", &self.pid).finish()
+        f.debug_struct("PtyProcess")
+            .field("pid", &self.pid)
+            .finish()
     }
 }
 
@@ -85,7 +87,8 @@ impl PtyProcess {
         drop(pair.slave);
         let pid = child
             .process_id()
-            .ok_or_else(|| io::Error::other("spawned process has no pid"))? as i32;
+            .ok_or_else(|| io::Error::other("spawned process has no pid"))?
+            as i32;
         // Exit statuses are collected with waitpid (see `wait_exit`), not through `child`.
         drop(child);
         let reader = pair

@@ -1,0 +1,22 @@
+//! Shell integration for ahpty terminals.
+//!
+//! Job: make bash, zsh and fish report command boundaries (OSC 633) out of the box, strip every
+//! shell-integration escape sequence from pty output before it reaches clients (every other
+//! byte passes through exactly as written), and turn the marks into AHP terminal actions.
+//! May touch: its own private script directory under the temp dir (see [`scripts`]); it reads
+//! the process environment but never the user's dotfiles, and performs no other I/O.
+//!
+//! * [`parser`]: raw pty bytes → UTF-8 text + [`Mark`]s, in stream order.
+//! * [`tracker`]: [`Mark`]s → `StateAction`s (`terminal/commandExecuted`, …).
+//! * [`scripts`]: the integration scripts and the spawn-time [`Injection`].
+
+pub mod parser;
+pub mod scripts;
+pub mod tracker;
+
+pub use parser::{Mark, OutputEvent, OutputParser, MAX_OSC_BYTES, MAX_TITLE_CHARS};
+pub use scripts::{
+    new_nonce, prepare, prepare_with_env, remove_script_dir, shell_kind, Injection, ShellKind,
+    NONCE_ENV,
+};
+pub use tracker::{now_ms, CommandTracker};
