@@ -5,12 +5,13 @@
 //! U+FFFD with maximal-subpart replacement (the same policy as `String::from_utf8_lossy`), so
 //! nothing that is not valid UTF-8 ever reaches a WebSocket text frame. Touches nothing else.
 
-/// Incremental UTF-8 decoder. Feed raw bytes with [`Utf8Decoder::decode`]; call
-/// [`Utf8Decoder::finish`] at end of stream.
-#[derive(Debug, Default)]
+/// Incremental UTF-8 decoder. Feed raw bytes with [`Utf8Decoder::decode_into`]; call
+/// [`Utf8Decoder::finish`] at end of stream. Allocation-free: the held tail is at most 3 bytes.
+#[derive(Debug, Default, Clone)]
 pub struct Utf8Decoder {
-    /// Bytes of an incomplete (so far valid) code point from the previous read; at most 3.
-    pending: Vec<u8>,
+    /// Bytes of an incomplete (so far valid) code point from the previous call.
+    partial: [u8; 4],
+    len: usize,
 }
 
 impl Utf8Decoder {
@@ -19,17 +20,68 @@ impl Utf8Decoder {
         Self::default()
     }
 
-    /// Decodes `input`, appending text to `out`. A trailing incomplete code point is held back.
-    pub fn decode_into(&mut self, input: &[u8], out: &mut String) {
-        if self.pending.is_empty() {
-            self.decode_fresh(input, out);
-            return;
+    /// Decodes `bytes`, appending text to `out`. A trailing incomplete code point is held back.
+    pub fn decode_into(&mut self, mut bytes: &[u8], out: &mut String) {
+        if self.len > 0 {
+            // Complete (or reject) the held character with up to 3 more bytes.
+            let mut tmp = [0u8; 8];
+            let held = self.len;
+            tmp[..held].copy_from_slice(&self.partial[..held]);
+            let take = bytes.len().min(4 - held);
+            tmp[held..held + take].copy_from_slice(&bytes[..take]);
+            let total = held + take;
+            match std::str::from_utf8(&tmp[..total]) {
+                Ok(s) => {
+                    out.push_str(s);
+                    self.len = 0;
+                    bytes = &bytes[take..];
+                }
+                Err(e) if e.valid_up_to() > 0 => {
+                    // The held character completed; the rest is decoded below.
+                    let n = e.valid_up_to();
+                    out.push_str(std::str::from_utf8(&tmp[..n]).unwrap_or_default());
+                    self.len = 0;
+                    bytes = &bytes[n - held..];
+                }
+                Err(e) => match e.error_len() {
+                    Some(n) => {
+                        out.push(char::REPLACEMENT_CHARACTER);
+                        self.len = 0;
+                        bytes = &bytes[n.saturating_sub(held)..];
+                    }
+                    None => {
+                        self.partial[..total].copy_from_slice(&tmp[..total]);
+                        self.len = total;
+                        return;
+                    }
+                },
+            }
         }
-        // Rare path (a read ended inside a character): decode the held bytes and the new
-        // input together. The copy is at most one read buffer.
-        let mut joined = std::mem::take(&mut self.pending);
-        joined.extend_from_slice(input);
-        self.decode_fresh(&joined, out);
+        loop {
+            match std::str::from_utf8(bytes) {
+                Ok(s) => {
+                    out.push_str(s);
+                    return;
+                }
+                Err(e) => {
+                    let n = e.valid_up_to();
+                    // The prefix up to `valid_up_to` is valid by definition.
+                    out.push_str(std::str::from_utf8(&bytes[..n]).unwrap_or_default());
+                    match e.error_len() {
+                        Some(bad) => {
+                            out.push(char::REPLACEMENT_CHARACTER);
+                            bytes = &bytes[n + bad..];
+                        }
+                        None => {
+                            let tail = &bytes[n..];
+                            self.partial[..tail.len()].copy_from_slice(tail);
+                            self.len = tail.len();
+                            return;
+                        }
+                    }
+                }
+            }
+        }
     }
 
     /// Convenience wrapper around [`Utf8Decoder::decode_into`].
@@ -39,47 +91,26 @@ impl Utf8Decoder {
         out
     }
 
-    /// Ends the stream: a dangling partial code point becomes one U+FFFD.
+    /// Ends the stream: a dangling partial code point becomes one U+FFFD (returned).
     pub fn finish(&mut self) -> Option<char> {
-        if self.pending.is_empty() {
+        if self.len == 0 {
             None
         } else {
-            self.pending.clear();
-            Some('\u{FFFD}')
+            self.len = 0;
+            Some(char::REPLACEMENT_CHARACTER)
+        }
+    }
+
+    /// Like [`Utf8Decoder::finish`], appending the U+FFFD (if any) to `out`.
+    pub fn finish_into(&mut self, out: &mut String) {
+        if let Some(c) = self.finish() {
+            out.push(c);
         }
     }
 
     /// Whether bytes of an incomplete code point are being held back.
     pub fn has_pending(&self) -> bool {
-        !self.pending.is_empty()
-    }
-
-    fn decode_fresh(&mut self, mut input: &[u8], out: &mut String) {
-        loop {
-            match std::str::from_utf8(input) {
-                Ok(s) => {
-                    out.push_str(s);
-                    return;
-                }
-                Err(e) => {
-                    let valid = e.valid_up_to();
-                    // The prefix up to `valid_up_to` is valid by definition.
-                    if let Ok(s) = std::str::from_utf8(&input[..valid]) {
-                        out.push_str(s);
-                    }
-                    match e.error_len() {
-                        None => {
-                            self.pending = input[valid..].to_vec();
-                            return;
-                        }
-                        Some(bad) => {
-                            out.push('\u{FFFD}');
-                            input = &input[valid + bad..];
-                        }
-                    }
-                }
-            }
-        }
+        self.len > 0
     }
 }
 

@@ -15,6 +15,7 @@
 //! Three sequence ends are silent in vte (a CSI that vte ignores, and an ESC that ends
 //! DCS-ignore or SOS/PM/APC); those are recognised from the byte itself.
 
+use crate::terminal::utf8::Utf8Decoder;
 use std::mem;
 
 /// Largest number of raw bytes held for one escape sequence (OSC, DCS, SOS/PM/APC, CSI or ESC)
@@ -143,84 +144,6 @@ impl vte::Perform for Recorder {
     }
 }
 
-/// Streaming UTF-8 decoder with maximal-subpart replacement; holds an incomplete tail.
-#[derive(Default)]
-struct Utf8Decoder {
-    partial: [u8; 4],
-    len: usize,
-}
-
-impl Utf8Decoder {
-    fn push(&mut self, mut bytes: &[u8], out: &mut String) {
-        if self.len > 0 {
-            // Complete (or reject) the held character using up to 3 more bytes.
-            let mut tmp = [0u8; 8];
-            tmp[..self.len].copy_from_slice(&self.partial[..self.len]);
-            let take = bytes.len().min(4 - self.len);
-            tmp[self.len..self.len + take].copy_from_slice(&bytes[..take]);
-            let total = self.len + take;
-            let held = self.len;
-            match std::str::from_utf8(&tmp[..total]) {
-                Ok(s) => {
-                    out.push_str(s);
-                    self.len = 0;
-                    bytes = &bytes[take..];
-                }
-                Err(e) if e.valid_up_to() > 0 => {
-                    let n = e.valid_up_to();
-                    out.push_str(std::str::from_utf8(&tmp[..n]).unwrap_or_default());
-                    self.len = 0;
-                    bytes = &bytes[n - held..];
-                }
-                Err(e) => match e.error_len() {
-                    Some(n) => {
-                        out.push(char::REPLACEMENT_CHARACTER);
-                        self.len = 0;
-                        bytes = &bytes[n.saturating_sub(held)..];
-                    }
-                    None => {
-                        self.partial[..total].copy_from_slice(&tmp[..total]);
-                        self.len = total;
-                        return;
-                    }
-                },
-            }
-        }
-        loop {
-            match std::str::from_utf8(bytes) {
-                Ok(s) => {
-                    out.push_str(s);
-                    return;
-                }
-                Err(e) => {
-                    let n = e.valid_up_to();
-                    out.push_str(std::str::from_utf8(&bytes[..n]).unwrap_or_default());
-                    match e.error_len() {
-                        Some(bad) => {
-                            out.push(char::REPLACEMENT_CHARACTER);
-                            bytes = &bytes[n + bad..];
-                        }
-                        None => {
-                            let tail = &bytes[n..];
-                            self.partial[..tail.len()].copy_from_slice(tail);
-                            self.len = tail.len();
-                            return;
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    /// Turns a held incomplete character into one U+FFFD.
-    fn flush(&mut self, out: &mut String) {
-        if self.len > 0 {
-            self.len = 0;
-            out.push(char::REPLACEMENT_CHARACTER);
-        }
-    }
-}
-
 /// Streaming parser for one terminal's pty output. See the module docs.
 pub struct OutputParser {
     nonce: String,
@@ -244,7 +167,7 @@ impl OutputParser {
             rec: Recorder::default(),
             mode: Mode::Ground,
             buf: Vec::new(),
-            decoder: Utf8Decoder::default(),
+            decoder: Utf8Decoder::new(),
             text: String::new(),
         }
     }
@@ -270,24 +193,24 @@ impl OutputParser {
             Mode::Seq { kind, .. } => {
                 let buf = mem::take(&mut self.buf);
                 if !(kind == Kind::Osc && is_integration_osc(osc_payload(&buf))) {
-                    self.decoder.push(&buf, &mut self.text);
+                    self.decoder.decode_into(&buf, &mut self.text);
                 }
             }
             Mode::AwaitSt { kind } => {
                 let buf = mem::take(&mut self.buf);
                 self.finalize(kind, buf, None, out);
-                self.decoder.push(&[ESC], &mut self.text);
+                self.decoder.decode_into(&[ESC], &mut self.text);
             }
             Mode::Skip { after_esc } => {
                 if after_esc {
-                    self.decoder.push(&[ESC], &mut self.text);
+                    self.decoder.decode_into(&[ESC], &mut self.text);
                 }
             }
         }
         self.buf = Vec::new();
         self.mode = Mode::Ground;
         self.vte = vte::Parser::new();
-        self.decoder.flush(&mut self.text);
+        self.decoder.finish_into(&mut self.text);
         self.flush_text(out);
     }
 
@@ -305,7 +228,7 @@ impl OutputParser {
     /// Starts a new sequence at an ESC (already consumed by the caller).
     fn begin_escape(&mut self) {
         // An ESC ends any partial character written before it.
-        self.decoder.flush(&mut self.text);
+        self.decoder.finish_into(&mut self.text);
         self.buf.clear();
         self.buf.push(ESC);
         self.rec = Recorder::default();
@@ -319,7 +242,7 @@ impl OutputParser {
     /// Releases the held sequence bytes verbatim as text.
     fn release_held(&mut self) {
         let buf = mem::take(&mut self.buf);
-        self.decoder.push(&buf, &mut self.text);
+        self.decoder.decode_into(&buf, &mut self.text);
         self.recycle(buf);
     }
 
@@ -337,7 +260,7 @@ impl OutputParser {
         match self.mode {
             Mode::Ground => {
                 let n = bytes.iter().position(|&b| b == ESC).unwrap_or(bytes.len());
-                self.decoder.push(&bytes[..n], &mut self.text);
+                self.decoder.decode_into(&bytes[..n], &mut self.text);
                 if n < bytes.len() {
                     self.begin_escape();
                     n + 1
@@ -364,7 +287,7 @@ impl OutputParser {
                 } else {
                     self.finalize(kind, buf, None, out);
                     // The ESC starts a new sequence; vte already saw ESC and `b`.
-                    self.decoder.flush(&mut self.text);
+                    self.decoder.finish_into(&mut self.text);
                     self.buf.clear();
                     self.buf.push(ESC);
                     self.mode = Mode::Seq {
@@ -380,7 +303,7 @@ impl OutputParser {
                     .iter()
                     .position(|&b| stream_ends_at(kind, b))
                     .unwrap_or(bytes.len());
-                self.decoder.push(&bytes[..n], &mut self.text);
+                self.decoder.decode_into(&bytes[..n], &mut self.text);
                 if n == bytes.len() {
                     return n;
                 }
@@ -388,7 +311,7 @@ impl OutputParser {
                 if b == ESC {
                     self.begin_escape();
                 } else {
-                    self.decoder.push(&[b], &mut self.text);
+                    self.decoder.decode_into(&[b], &mut self.text);
                     self.mode = Mode::Ground;
                 }
                 n + 1
@@ -416,7 +339,7 @@ impl OutputParser {
                     BEL => self.mode = Mode::Ground,
                     b => {
                         // CAN/SUB cancel the sequence; the control itself is passed on.
-                        self.decoder.push(&[b], &mut self.text);
+                        self.decoder.decode_into(&[b], &mut self.text);
                         self.mode = Mode::Ground;
                     }
                 }
@@ -482,10 +405,10 @@ impl OutputParser {
                             if is_integration_osc(osc_payload(&buf)) {
                                 self.recycle(buf);
                             } else {
-                                self.decoder.push(&buf, &mut self.text);
+                                self.decoder.decode_into(&buf, &mut self.text);
                                 self.recycle(buf);
                             }
-                            self.decoder.push(&[b], &mut self.text);
+                            self.decoder.decode_into(&[b], &mut self.text);
                             self.mode = Mode::Ground;
                         }
                     }
@@ -513,7 +436,7 @@ impl OutputParser {
 
     /// ESC was seen and fed to vte in a context that starts a new sequence.
     fn start_seq_after_esc(&mut self) {
-        self.decoder.flush(&mut self.text);
+        self.decoder.finish_into(&mut self.text);
         self.buf.clear();
         self.buf.push(ESC);
         self.mode = Mode::Seq {
@@ -572,7 +495,7 @@ impl OutputParser {
             self.mode = Mode::Skip { after_esc: false };
         } else {
             let buf = mem::take(&mut self.buf);
-            self.decoder.push(&buf, &mut self.text);
+            self.decoder.decode_into(&buf, &mut self.text);
             self.mode = match kind {
                 Kind::Esc => Mode::Ground,
                 _ => Mode::Stream { kind },
@@ -593,7 +516,7 @@ impl OutputParser {
             if let Some(t) = terminator {
                 buf.extend_from_slice(t);
             }
-            self.decoder.push(&buf, &mut self.text);
+            self.decoder.decode_into(&buf, &mut self.text);
             self.recycle(buf);
             return;
         }
@@ -610,7 +533,7 @@ impl OutputParser {
                 if let Some(t) = terminator {
                     buf.extend_from_slice(t);
                 }
-                self.decoder.push(&buf, &mut self.text);
+                self.decoder.decode_into(&buf, &mut self.text);
                 self.recycle(buf);
                 if let Some(mark) = mark {
                     self.emit_mark(mark, out);
