@@ -52,7 +52,9 @@ async fn initialize_one_zero_zero_with_root_snapshot() {
     }
     // Without initialSubscriptions: snapshots is present and empty.
     let mut raw2 = Raw::connect(&d.url()).await;
-    let resp = raw2.request("initialize", init_params(json!(["1.0.0"]))).await;
+    let resp = raw2
+        .request("initialize", init_params(json!(["1.0.0"])))
+        .await;
     assert_eq!(resp["result"]["snapshots"], json!([]), "{resp}");
 
     // The official client decodes the result too.
@@ -72,14 +74,22 @@ async fn version_negotiation_picks_highest_acceptable() {
     ] {
         let mut raw = Raw::connect(&d.url()).await;
         let resp = raw.request("initialize", init_params(offer.clone())).await;
-        assert_eq!(resp["result"]["protocolVersion"], want, "offer {offer}: {resp}");
+        assert_eq!(
+            resp["result"]["protocolVersion"], want,
+            "offer {offer}: {resp}"
+        );
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unsupported_versions_get_32005_then_close() {
     let d = Daemon::start();
-    for offer in [json!(["0.8.0"]), json!(["2.0.0"]), json!([]), json!(["0.5.2", "0.5.1"])] {
+    for offer in [
+        json!(["0.8.0"]),
+        json!(["2.0.0"]),
+        json!([]),
+        json!(["0.5.2", "0.5.1"]),
+    ] {
         let mut raw = Raw::connect(&d.url()).await;
         let resp = raw.request("initialize", init_params(offer.clone())).await;
         assert_eq!(Raw::code(&resp), Some(-32005), "offer {offer}: {resp}");
@@ -107,7 +117,9 @@ async fn malformed_version_is_invalid_params() {
 async fn second_initialize_is_invalid_request() {
     let d = Daemon::start();
     let (mut raw, _) = Raw::connect_init(&d.url(), "twice", &[]).await;
-    let resp = raw.request("initialize", init_params(json!(["1.0.0"]))).await;
+    let resp = raw
+        .request("initialize", init_params(json!(["1.0.0"])))
+        .await;
     assert_eq!(Raw::code(&resp), Some(-32600), "{resp}");
     let resp = raw.request("ping", json!({"channel": ROOT})).await;
     assert_eq!(resp["result"], Value::Null, "{resp}");
@@ -158,7 +170,9 @@ async fn reconnect_before_initialize_is_not_found_then_initialize_works() {
         )
         .await;
     assert_eq!(Raw::code(&resp), Some(-32008), "{resp}");
-    let resp = raw.request("initialize", init_params(json!(["1.0.0"]))).await;
+    let resp = raw
+        .request("initialize", init_params(json!(["1.0.0"])))
+        .await;
     assert_eq!(resp["result"]["protocolVersion"], "1.0.0", "{resp}");
 }
 
@@ -167,7 +181,10 @@ async fn no_agents_answers() {
     let d = Daemon::start();
     let (mut raw, _) = Raw::connect_init(&d.url(), "na", &[]).await;
     let resp = raw
-        .request("createResourceWatch", json!({"channel": ROOT, "uri": "file:///tmp"}))
+        .request(
+            "createResourceWatch",
+            json!({"channel": ROOT, "uri": "file:///tmp"}),
+        )
         .await;
     assert_eq!(Raw::code(&resp), Some(-32601), "{resp}");
     let resp = raw.request("listSessions", json!({"channel": ROOT})).await;
@@ -179,14 +196,22 @@ async fn no_agents_answers() {
         )
         .await;
     assert_eq!(Raw::code(&resp), Some(-32002), "{resp}");
-    let resp = raw.request("subscribe", json!({"channel": "ahp-session:/x"})).await;
+    let resp = raw
+        .request("subscribe", json!({"channel": "ahp-session:/x"}))
+        .await;
     assert_eq!(Raw::code(&resp), Some(-32001), "{resp}");
     let resp = raw
-        .request("subscribe", json!({"channel": "ahp-terminal:/does-not-exist"}))
+        .request(
+            "subscribe",
+            json!({"channel": "ahp-terminal:/does-not-exist"}),
+        )
         .await;
     assert_eq!(Raw::code(&resp), Some(-32008), "{resp}");
     let resp = raw
-        .request("disposeTerminal", json!({"channel": "ahp-terminal:/does-not-exist"}))
+        .request(
+            "disposeTerminal",
+            json!({"channel": "ahp-terminal:/does-not-exist"}),
+        )
         .await;
     assert_eq!(Raw::code(&resp), Some(-32008), "{resp}");
 

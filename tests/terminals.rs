@@ -44,7 +44,11 @@ async fn expect_exit(c: &mut Ahp, uri: &str, code: i64) {
         "{}",
         c.describe_log()
     );
-    assert!(exited.origin.is_none(), "server action with origin: {:?}", exited);
+    assert!(
+        exited.origin.is_none(),
+        "server action with origin: {:?}",
+        exited
+    );
     let exit_seq = seq_of(&exited);
     for e in &c.log {
         if e.channel == uri && matches!(e.action, StateAction::TerminalData(_)) {
@@ -101,7 +105,11 @@ async fn type_resize_and_exit_code() {
     .await;
     let row = c.log.iter().find_map(|e| root_row(e, &t)).unwrap();
     assert_eq!(row["title"], "bash", "{row}");
-    assert_eq!(row["claim"], json!({"kind": "client", "clientId": "alice"}), "{row}");
+    assert_eq!(
+        row["claim"],
+        json!({"kind": "client", "clientId": "alice"}),
+        "{row}"
+    );
     assert_eq!(row["lifecycle"], json!({"status": "running"}), "{row}");
 
     let (state, _) = c.subscribe_terminal(&t).await;
@@ -190,7 +198,8 @@ async fn dispose_removes_terminal_and_kills_its_session() {
     c.ready(&t).await;
     c.type_text(&t, "echo shell=$$\r").await;
     c.type_text(&t, "sleep 1001 & echo pid1=$!\r").await;
-    c.type_text(&t, "(trap '' HUP; sleep 1002) & echo pid2=$!\r").await;
+    c.type_text(&t, "(trap '' HUP; sleep 1002) & echo pid2=$!\r")
+        .await;
     c.type_text(&t, "echo started-$((5+5))\r").await;
     c.wait_data(&t, "started-10", SHELL_TIMEOUT).await;
     let data = c.data(&t);
@@ -212,13 +221,23 @@ async fn dispose_removes_terminal_and_kills_its_session() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert!(has_1002, "sleep 1002 never started: {members:?}");
-    assert!(members.contains(&shell), "shell not in its own session: {members:?}");
-    assert!(members.contains(&pid1) && members.contains(&pid2), "{members:?}");
+    assert!(
+        members.contains(&shell),
+        "shell not in its own session: {members:?}"
+    );
+    assert!(
+        members.contains(&pid1) && members.contains(&pid2),
+        "{members:?}"
+    );
 
     let before = c.log.len();
     let r = c.call("disposeTerminal", json!({"channel": t})).await;
     assert_eq!(r.expect("disposeTerminal"), Value::Null);
-    wait_dead(&members, Duration::from_secs(3), "session of the disposed terminal");
+    wait_dead(
+        &members,
+        Duration::from_secs(3),
+        "session of the disposed terminal",
+    );
 
     // Removed from the root catalogue.
     c.wait_for("root update without the terminal", RPC_TIMEOUT, |log| {
@@ -248,10 +267,7 @@ async fn dispose_removes_terminal_and_kills_its_session() {
     c.create_terminal(&t2, json!({})).await.expect("create");
     c.subscribe_terminal(&t2).await;
     c.ready(&t2).await;
-    let late: Vec<&ActionEnvelope> = c.log[before..]
-        .iter()
-        .filter(|e| e.channel == t)
-        .collect();
+    let late: Vec<&ActionEnvelope> = c.log[before..].iter().filter(|e| e.channel == t).collect();
     assert!(late.is_empty(), "actions after dispose: {late:?}");
 }
 
@@ -271,7 +287,9 @@ async fn create_terminal_errors() {
     let missing = d.home().join("definitely/not/here");
     let missing_s = missing.to_str().unwrap().to_string();
     for cwd in [missing_s.clone(), format!("file://{missing_s}")] {
-        let r = c.create_terminal(&term_uri("nocwd"), json!({"cwd": cwd})).await;
+        let r = c
+            .create_terminal(&term_uri("nocwd"), json!({"cwd": cwd}))
+            .await;
         assert_eq!(rpc_code(&r), Some(-32008), "cwd {cwd}: {r:?}");
         assert!(rpc_message(&r).contains(&missing_s), "{r:?}");
     }
@@ -297,7 +315,11 @@ async fn create_terminal_errors() {
                    "claim": {"kind": "session", "session": "ahp-session:/s"}}),
         )
         .await;
-    assert_eq!(rpc_code(&r), Some(-32602), "session claim without chat: {r:?}");
+    assert_eq!(
+        rpc_code(&r),
+        Some(-32602),
+        "session claim without chat: {r:?}"
+    );
 
     // Nothing but the first terminal was registered.
     let snap = c.subscribe(ROOT).await.expect("root");
@@ -373,14 +395,11 @@ async fn exit_is_reported_after_all_output() {
     .await;
     expect_exit(&mut c, &t, 3).await;
     let data = c.data(&t);
-    let longest = data
-        .split(|ch| ch != 'A')
-        .map(str::len)
-        .max()
-        .unwrap_or(0);
+    let longest = data.split(|ch| ch != 'A').map(str::len).max().unwrap_or(0);
     let total = data.matches('A').count();
     assert_eq!(
-        longest, 200_000,
+        longest,
+        200_000,
         "longest run of A (total A: {total}); tail: {}",
         tail(&data, 300)
     );

@@ -22,7 +22,9 @@ async fn malformed_frames_are_answered_and_harmless() {
     // A second client with a terminal printing slowly while the first misbehaves.
     let mut b = Ahp::connect(&d.url(), "bystander", &[]).await;
     let t = term_uri("bystander");
-    b.create_terminal(&t, json!({})).await.expect("createTerminal");
+    b.create_terminal(&t, json!({}))
+        .await
+        .expect("createTerminal");
     b.subscribe_terminal(&t).await;
     b.ready(&t).await;
     b.type_text(
@@ -77,7 +79,10 @@ async fn malformed_frames_are_answered_and_harmless() {
     )
     .await;
     assert_eq!(Raw::code(&r), Some(-32602), "{r}");
-    let msg = r.pointer("/error/message").and_then(Value::as_str).unwrap_or("");
+    let msg = r
+        .pointer("/error/message")
+        .and_then(Value::as_str)
+        .unwrap_or("");
     assert!(msg.contains("claim"), "message should name `claim`: {r}");
 
     let r = answer(
@@ -86,8 +91,14 @@ async fn malformed_frames_are_answered_and_harmless() {
     )
     .await;
     assert_eq!(Raw::code(&r), Some(-32602), "{r}");
-    let msg = r.pointer("/error/message").and_then(Value::as_str).unwrap_or("");
-    assert!(msg.contains("channel"), "message should name `channel`: {r}");
+    let msg = r
+        .pointer("/error/message")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    assert!(
+        msg.contains("channel"),
+        "message should name `channel`: {r}"
+    );
 
     let r = answer(
         &mut raw,
@@ -95,7 +106,10 @@ async fn malformed_frames_are_answered_and_harmless() {
     )
     .await;
     assert_eq!(Raw::code(&r), Some(-32602), "{r}");
-    let msg = r.pointer("/error/message").and_then(Value::as_str).unwrap_or("");
+    let msg = r
+        .pointer("/error/message")
+        .and_then(Value::as_str)
+        .unwrap_or("");
     assert!(msg.contains("cols"), "message should name `cols`: {r}");
 
     // A binary frame holding UTF-8 JSON is answered, with a text frame (Raw panics on
@@ -127,7 +141,12 @@ async fn malformed_frames_are_answered_and_harmless() {
         .filter(|l| l.starts_with("line-"))
         .collect();
     let want: Vec<String> = (1..=40).map(|i| format!("line-{i}")).collect();
-    assert_eq!(lines, want, "bystander output damaged: {}", tail(&data, 2000));
+    assert_eq!(
+        lines,
+        want,
+        "bystander output damaged: {}",
+        tail(&data, 2000)
+    );
 }
 
 fn rejected_by(e: &Value, client: &str, seq: i64) -> bool {
@@ -170,7 +189,8 @@ async fn rejected_actions_go_only_to_the_dispatcher() {
         a_seqs.push((a.dispatch(&t, action.clone()).await, action.clone()));
     }
     // A claim transfer by the non-holder.
-    let b_claim = json!({"type": "terminal/claimed", "claim": {"kind": "client", "clientId": "other-b"}});
+    let b_claim =
+        json!({"type": "terminal/claimed", "claim": {"kind": "client", "clientId": "other-b"}});
     let b_seq = b.dispatch(&t, b_claim.clone()).await;
 
     // Each rejection comes back to its dispatcher with origin, serverSeq and reason.
@@ -184,7 +204,10 @@ async fn rejected_actions_go_only_to_the_dispatcher() {
         let reason = e["rejectionReason"].as_str().unwrap_or("");
         assert!(!reason.is_empty(), "no rejectionReason: {e}");
         assert_eq!(e["channel"], json!(t), "{e}");
-        assert_eq!(&e["action"], action, "rejected action not echoed as sent: {e}");
+        assert_eq!(
+            &e["action"], action,
+            "rejected action not echoed as sent: {e}"
+        );
         let s = e["serverSeq"].as_u64().expect("serverSeq");
         assert!(s > last_seq, "serverSeq not increasing: {e}");
         last_seq = s;
@@ -195,13 +218,19 @@ async fn rejected_actions_go_only_to_the_dispatcher() {
         })
         .await;
     let reason = e["rejectionReason"].as_str().unwrap_or("");
-    assert!(reason.contains("holder-a"), "reason should name the holder: {e}");
+    assert!(
+        reason.contains("holder-a"),
+        "reason should name the holder: {e}"
+    );
     assert!(e["serverSeq"].as_u64().is_some(), "{e}");
 
     // Sync both connections on an accepted action, then check neither saw the other's
     // rejections (envelopes arrive in serverSeq order).
     let sync = a
-        .dispatch(&t, json!({"type": "terminal/titleChanged", "title": "sync-1"}))
+        .dispatch(
+            &t,
+            json!({"type": "terminal/titleChanged", "title": "sync-1"}),
+        )
         .await;
     for c in [&mut a, &mut b] {
         c.wait_envelope("the accepted title change", RPC_TIMEOUT, |e| {
@@ -231,8 +260,16 @@ async fn rejected_actions_go_only_to_the_dispatcher() {
     // State unchanged: size and claim.
     let r = b.request("subscribe", json!({"channel": t})).await;
     let st = &r["result"]["snapshot"]["state"];
-    assert_eq!((st["cols"].clone(), st["rows"].clone()), (json!(100), json!(30)), "{r}");
-    assert_eq!(st["claim"], json!({"kind": "client", "clientId": "holder-a"}), "{r}");
+    assert_eq!(
+        (st["cols"].clone(), st["rows"].clone()),
+        (json!(100), json!(30)),
+        "{r}"
+    );
+    assert_eq!(
+        st["claim"],
+        json!({"kind": "client", "clientId": "holder-a"}),
+        "{r}"
+    );
     assert_eq!(st["title"], "sync-1", "{r}");
     assert_eq!(st["lifecycle"], json!({"status": "running"}), "{r}");
     a.type_text(&t, "echo sz-$((1+1)) $(stty size)\r").await;
@@ -241,7 +278,11 @@ async fn rejected_actions_go_only_to_the_dispatcher() {
     })
     .await;
     let data = a.data(&t);
-    assert!(data.contains("sz-2 30 100"), "pty size changed: {}", tail(&data, 400));
+    assert!(
+        data.contains("sz-2 30 100"),
+        "pty size changed: {}",
+        tail(&data, 400)
+    );
 
     // Input to an exited terminal is rejected too, to the dispatcher only.
     a.type_text(&t, "exit\r").await;
@@ -257,16 +298,24 @@ async fn rejected_actions_go_only_to_the_dispatcher() {
             rejected_by(e, "holder-a", seq)
         })
         .await;
-    assert!(e["rejectionReason"].as_str().is_some_and(|r| !r.is_empty()), "{e}");
+    assert!(
+        e["rejectionReason"].as_str().is_some_and(|r| !r.is_empty()),
+        "{e}"
+    );
     let sync = a
-        .dispatch(&t, json!({"type": "terminal/titleChanged", "title": "sync-2"}))
+        .dispatch(
+            &t,
+            json!({"type": "terminal/titleChanged", "title": "sync-2"}),
+        )
         .await;
     b.wait_envelope("the second sync", RPC_TIMEOUT, |e| {
         rejected_by(e, "holder-a", sync)
     })
     .await;
     assert!(
-        !b.envelopes().iter().any(|e| rejected_by(e, "holder-a", seq)),
+        !b.envelopes()
+            .iter()
+            .any(|e| rejected_by(e, "holder-a", seq)),
         "B received the rejected input"
     );
 }

@@ -160,6 +160,9 @@ impl Daemon {
 
 impl Drop for Daemon {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("---- ahpty stderr ----\n{}\n----", self.stderr());
+        }
         let Some(child) = self.child.as_mut() else {
             return;
         };
@@ -219,7 +222,11 @@ pub fn wait_dead(pids: &[i32], timeout: Duration, what: &str) {
 pub fn session_members(sid: i32) -> Vec<i32> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
             continue;
         };
         let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
@@ -401,9 +408,11 @@ impl Ahp {
     pub async fn wait_data(&mut self, uri: &str, needle: &str, timeout: Duration) {
         let u = uri.to_string();
         let n = needle.to_string();
-        self.wait_for(&format!("{needle:?} in the data of {uri}"), timeout, |log| {
-            data_of(log, &u).contains(&n)
-        })
+        self.wait_for(
+            &format!("{needle:?} in the data of {uri}"),
+            timeout,
+            |log| data_of(log, &u).contains(&n),
+        )
         .await
     }
 
@@ -523,13 +532,10 @@ pub struct Raw {
 
 impl Raw {
     pub async fn connect(url: &str) -> Raw {
-        let (ws, _) = tokio::time::timeout(
-            RPC_TIMEOUT,
-            tokio_tungstenite::connect_async(url),
-        )
-        .await
-        .expect("ws connect timed out")
-        .expect("ws connect");
+        let (ws, _) = tokio::time::timeout(RPC_TIMEOUT, tokio_tungstenite::connect_async(url))
+            .await
+            .expect("ws connect timed out")
+            .expect("ws connect");
         Raw {
             ws,
             next_id: 1000,
@@ -617,10 +623,7 @@ impl Raw {
                     self.closed,
                     self.describe()
                 ),
-                Err(()) => panic!(
-                    "no message within {timeout:?}; seen:\n{}",
-                    self.describe()
-                ),
+                Err(()) => panic!("no message within {timeout:?}; seen:\n{}", self.describe()),
             }
         }
         self.cursor += 1;
