@@ -11,6 +11,10 @@ pub const VSCODE_DESKTOP_ORIGIN: &str = "vscode-file://vscode-app";
 /// Default retained content per terminal, in bytes of UTF-8 text.
 pub const DEFAULT_SCROLLBACK_BYTES: usize = 1024 * 1024;
 
+/// Default time a terminal survives without any connection of its claim holder: 24 hours,
+/// so a laptop that sleeps overnight still finds its terminals.
+pub const DEFAULT_ORPHAN_GRACE: Duration = Duration::from_secs(24 * 60 * 60);
+
 /// Daemon settings.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -27,6 +31,11 @@ pub struct Config {
     pub kill_grace: Duration,
     /// Inject shell integration into bash, zsh and fish.
     pub shell_integration: bool,
+    /// Retained envelopes per terminal for `reconnect` replay, in bytes of encoded JSON.
+    pub history_bytes: usize,
+    /// A terminal whose claim holder has had no connection for this long is disposed;
+    /// `None` disables reaping.
+    pub orphan_grace: Option<Duration>,
 }
 
 impl Config {
@@ -57,6 +66,8 @@ impl Default for Config {
             scrollback_bytes: DEFAULT_SCROLLBACK_BYTES,
             kill_grace: Duration::from_millis(500),
             shell_integration: true,
+            history_bytes: crate::host::history::DEFAULT_TERMINAL_HISTORY_BYTES,
+            orphan_grace: Some(DEFAULT_ORPHAN_GRACE),
         }
     }
 }

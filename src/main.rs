@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use ahpty::config::{Config, DEFAULT_SCROLLBACK_BYTES};
+use ahpty::host::history::DEFAULT_TERMINAL_HISTORY_BYTES;
 use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 
@@ -48,6 +49,13 @@ struct ServeArgs {
     /// Do not inject shell integration into bash, zsh and fish.
     #[arg(long)]
     no_shell_integration: bool,
+    /// Retained envelopes per terminal for `reconnect` replay, in bytes.
+    #[arg(long, default_value_t = DEFAULT_TERMINAL_HISTORY_BYTES, value_name = "BYTES")]
+    history_bytes: usize,
+    /// Dispose a terminal once its claim holder has had no connection for this long
+    /// (e.g. `90s`, `30m`, `24h`); `0` disables reaping.
+    #[arg(long, default_value = "24h", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    orphan_grace: Duration,
 }
 
 fn main() -> ExitCode {
@@ -77,6 +85,8 @@ fn main() -> ExitCode {
         scrollback_bytes: args.scrollback_bytes.max(1024),
         kill_grace: Duration::from_millis(args.kill_grace_ms),
         shell_integration: !args.no_shell_integration,
+        history_bytes: args.history_bytes.max(1024),
+        orphan_grace: (!args.orphan_grace.is_zero()).then_some(args.orphan_grace),
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

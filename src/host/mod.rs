@@ -7,9 +7,12 @@
 //! happens under the same lock that assigns sequence numbers, every connection receives its
 //! envelopes in increasing `serverSeq` order, and a snapshot plus its subscription (and the
 //! response carrying it) are atomic with respect to later actions (notes §5, §6).
-//! Connections own only their outbox; terminals outlive them.
+//! Every envelope is also kept in its channel's bounded [`history::History`], which is what
+//! `reconnect` replays. Connections own only their outbox; terminals outlive them, and a
+//! terminal whose claim holder stays away longer than the orphan grace is reaped.
 
 pub mod channel;
+pub mod history;
 pub mod outbox;
 mod pump;
 pub mod scrollback;
@@ -18,13 +21,16 @@ pub mod validate;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use ahp::reducers::{apply_action_to_root, apply_action_to_terminal};
 use ahp_types::actions::{
     ActionEnvelope, ActionOrigin, RootTerminalsChangedAction, StateAction, TerminalDataAction,
     TerminalExitedAction,
 };
-use ahp_types::commands::CreateTerminalParams;
+use ahp_types::commands::{
+    CreateTerminalParams, ReconnectReplayResult, ReconnectResult, ReconnectSnapshotResult,
+};
 use ahp_types::state::{
     RootState, Snapshot, SnapshotState, TerminalClaim, TerminalInfo, TerminalLifecycleState,
     TerminalRunningLifecycleState, TerminalState,
@@ -39,6 +45,7 @@ use crate::terminal::{
     self, shell_integration, OutputPipeline, PtyEvent, PtyProcess, SpawnRequest,
 };
 use channel::ChannelKind;
+use history::History;
 pub use outbox::{Outbox, OutboxReceiver, Outgoing};
 
 /// Identifies one connection for the life of the daemon.
@@ -47,6 +54,13 @@ pub type ConnId = u64;
 /// Largest `data` of one `terminal/data` envelope, in bytes; longer output is split on
 /// character boundaries.
 pub const MAX_DATA_BYTES: usize = 1024 * 1024;
+
+/// Largest `reconnect` replay, in bytes of encoded envelopes; a longer one is answered with
+/// snapshots instead, which are never larger than the retained state.
+pub const MAX_REPLAY_BYTES: usize = 32 * 1024 * 1024;
+
+/// WebSocket close code sent to a connection whose `clientId` reconnected elsewhere.
+pub const CLOSE_SUPERSEDED: u16 = 4000;
 
 /// The host: shared by every connection and terminal task.
 pub struct Host {
@@ -58,7 +72,10 @@ struct Inner {
     server_seq: u64,
     root: RootState,
     root_subscribers: BTreeSet<ConnId>,
+    root_history: History,
     terminals: HashMap<String, TerminalEntry>,
+    /// Live connections per `clientId` (for reaping and reconnect).
+    clients: HashMap<String, usize>,
     /// URIs whose `createTerminal` is spawning the process.
     reserved: HashSet<String>,
     connections: HashMap<ConnId, ConnEntry>,
@@ -83,6 +100,9 @@ struct TerminalEntry {
     /// A client renamed the terminal: titles from escape sequences no longer apply.
     renamed_by_client: bool,
     content_bytes: usize,
+    history: History,
+    /// When the holder's last connection went away (`None` while it is connected).
+    orphaned_since: Option<Instant>,
 }
 
 impl Host {
@@ -100,7 +120,9 @@ impl Host {
                     meta: None,
                 },
                 root_subscribers: BTreeSet::new(),
+                root_history: History::new(history::ROOT_HISTORY_BYTES, 0),
                 terminals: HashMap::new(),
+                clients: HashMap::new(),
                 reserved: HashSet::new(),
                 connections: HashMap::new(),
                 next_conn: 1,
@@ -152,11 +174,7 @@ impl Host {
     /// Forgets a connection and all its subscriptions. Terminals are not affected.
     pub fn disconnect(&self, conn: ConnId) {
         let mut inner = self.lock();
-        inner.connections.remove(&conn);
-        inner.root_subscribers.remove(&conn);
-        for t in inner.terminals.values_mut() {
-            t.subscribers.remove(&conn);
-        }
+        inner.drop_connection(conn);
     }
 
     /// Completes `initialize`: records the client id, subscribes the connection to every
@@ -170,9 +188,7 @@ impl Host {
         respond: impl FnOnce(i64, Vec<Snapshot>) -> String,
     ) {
         let mut inner = self.lock();
-        if let Some(c) = inner.connections.get_mut(&conn) {
-            c.client_id = Some(client_id);
-        }
+        inner.set_client(conn, client_id);
         let mut snapshots = Vec::new();
         for uri in subscriptions {
             if let Ok(s) = inner.subscribe(conn, uri) {
@@ -204,6 +220,148 @@ impl Host {
         let result = inner.subscribe(conn, channel);
         let text = respond(result);
         inner.send(conn, text);
+    }
+
+    /// `reconnect` (notes §4): resumes `client_id` on this connection.
+    ///
+    /// Any other live connection of the same `clientId` is closed first (code
+    /// [`CLOSE_SUPERSEDED`]) and loses its subscriptions. If every requested channel that still
+    /// exists has retained every envelope after `last_seen` (and the replay fits in
+    /// [`MAX_REPLAY_BYTES`]), the answer is `{"type":"replay","actions":[…],"missing":[…]}` with
+    /// exactly those envelopes in `serverSeq` order (a rejected one only if this client
+    /// dispatched it); otherwise `{"type":"snapshot","snapshots":[…]}` with fresh snapshots.
+    /// Channels that no longer exist are listed in `missing` (replay) or left out (snapshot).
+    /// Either way the surviving subscriptions are live on this connection, atomically with the
+    /// answer queued by `respond`.
+    pub fn reconnect(
+        &self,
+        conn: ConnId,
+        client_id: String,
+        last_seen: i64,
+        subscriptions: &[String],
+        respond: impl FnOnce(ReconnectResult) -> String,
+    ) {
+        let mut inner = self.lock();
+        let others: Vec<ConnId> = inner
+            .connections
+            .iter()
+            .filter(|(id, c)| **id != conn && c.client_id.as_deref() == Some(client_id.as_str()))
+            .map(|(id, _)| *id)
+            .collect();
+        for other in others {
+            if let Some(c) = inner.connections.get(&other) {
+                c.outbox.close(
+                    CLOSE_SUPERSEDED,
+                    "this clientId reconnected on another connection",
+                );
+            }
+            inner.drop_connection(other);
+            tracing::info!(conn = other, %client_id, "connection superseded by a reconnect");
+        }
+        inner.set_client(conn, client_id.clone());
+        let mut live: Vec<String> = Vec::new();
+        let mut missing: Vec<String> = Vec::new();
+        for uri in subscriptions {
+            if live.contains(uri) || missing.contains(uri) {
+                continue;
+            }
+            if uri == channel::ROOT || inner.terminals.contains_key(uri) {
+                live.push(uri.clone());
+            } else {
+                missing.push(uri.clone());
+            }
+        }
+        let replayable = u64::try_from(last_seen)
+            .ok()
+            .filter(|&s| s <= inner.server_seq)
+            .filter(|&s| live.iter().all(|c| inner.covers(c, s)));
+        let mut replay = None;
+        if let Some(seen) = replayable {
+            let mut actions = Vec::new();
+            let mut bytes = 0;
+            for uri in &live {
+                let history = if uri == channel::ROOT {
+                    &inner.root_history
+                } else {
+                    match inner.terminals.get(uri) {
+                        Some(t) => &t.history,
+                        None => continue,
+                    }
+                };
+                for (envelope, size) in history.after(seen, &client_id) {
+                    bytes += size;
+                    actions.push(envelope.clone());
+                }
+            }
+            if bytes <= MAX_REPLAY_BYTES {
+                actions.sort_by_key(|e| e.server_seq);
+                replay = Some(actions);
+            }
+        }
+        let result = match replay {
+            Some(actions) => {
+                for uri in &live {
+                    inner.add_subscriber(conn, uri);
+                }
+                ReconnectResult::Replay(ReconnectReplayResult { actions, missing })
+            }
+            None => {
+                let snapshots = live
+                    .iter()
+                    .filter_map(|uri| inner.subscribe(conn, uri).ok())
+                    .collect();
+                ReconnectResult::Snapshot(ReconnectSnapshotResult { snapshots })
+            }
+        };
+        let kind = match &result {
+            ReconnectResult::Replay(r) => format!("replay of {} actions", r.actions.len()),
+            ReconnectResult::Snapshot(s) => format!("{} snapshots", s.snapshots.len()),
+        };
+        tracing::info!(conn, %client_id, last_seen, "client reconnected: {kind}");
+        let text = respond(result);
+        inner.send(conn, text);
+    }
+
+    /// Disposes, every tick, the terminals whose claim holder has had no live connection for
+    /// longer than the configured orphan grace; returns at once when reaping is disabled.
+    /// Runs until the host shuts down.
+    pub async fn reap_orphans(self: Arc<Self>) {
+        let Some(grace) = self.config.orphan_grace else {
+            return;
+        };
+        let tick = (grace / 4).clamp(Duration::from_millis(50), Duration::from_secs(5));
+        let mut interval = tokio::time::interval(tick);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            interval.tick().await;
+            let expired: Vec<(String, String, Arc<PtyProcess>)> = {
+                let mut inner = self.lock();
+                if inner.shutting_down {
+                    return;
+                }
+                let uris: Vec<String> = inner
+                    .terminals
+                    .iter()
+                    .filter(|(_, t)| t.orphaned_since.is_some_and(|s| s.elapsed() >= grace))
+                    .map(|(uri, _)| uri.clone())
+                    .collect();
+                uris.into_iter()
+                    .filter_map(|uri| {
+                        let t = inner.remove_terminal(&uri)?;
+                        Some((uri, t.holder, t.process))
+                    })
+                    .collect()
+            };
+            for (uri, holder, process) in expired {
+                tracing::info!(
+                    terminal = %uri,
+                    %holder,
+                    grace_secs = grace.as_secs_f64(),
+                    "reaping terminal: its claim holder has been disconnected longer than the orphan grace"
+                );
+                self.kill(process).await;
+            }
+        }
     }
 
     /// `unsubscribe`: stops delivery on `channel`; unknown channels are ignored.
@@ -296,6 +454,8 @@ impl Host {
             inner.reserved.remove(&uri);
             let id = inner.next_terminal;
             inner.next_terminal += 1;
+            // Envelopes of this terminal all come after this point (see `History`).
+            let floor = inner.server_seq;
             let state = TerminalState {
                 title,
                 cwd: Some(cwd_uri),
@@ -317,8 +477,11 @@ impl Host {
                     holder,
                     renamed_by_client: false,
                     content_bytes: 0,
+                    history: History::new(self.config.history_bytes, floor),
+                    orphaned_since: None,
                 },
             );
+            inner.refresh_orphans();
             inner.emit_root_terminals();
             // A shutdown that began while spawning has already swept the terminal list.
             if inner.shutting_down {
@@ -373,10 +536,9 @@ impl Host {
             }
             _ => {}
         }
-        let Some(entry) = inner.terminals.remove(uri) else {
+        let Some(entry) = inner.remove_terminal(uri) else {
             return Err(RpcError::not_found(format!("terminal not found: {uri}")));
         };
-        inner.emit_root_terminals();
         tracing::info!(terminal = %uri, pid = entry.process.pid(), "terminal disposed");
         Ok(entry.process)
     }
@@ -518,6 +680,76 @@ impl Inner {
         }
     }
 
+    /// Records the `clientId` a connection presented (`initialize` or `reconnect`).
+    fn set_client(&mut self, conn: ConnId, client_id: String) {
+        let Some(c) = self.connections.get_mut(&conn) else {
+            return;
+        };
+        if let Some(old) = c.client_id.replace(client_id.clone()) {
+            decrement(&mut self.clients, &old);
+        }
+        *self.clients.entry(client_id).or_insert(0) += 1;
+        self.refresh_orphans();
+    }
+
+    /// Forgets a connection: its subscriptions, and its share in its client's presence.
+    fn drop_connection(&mut self, conn: ConnId) {
+        let Some(c) = self.connections.remove(&conn) else {
+            return;
+        };
+        if let Some(id) = c.client_id {
+            decrement(&mut self.clients, &id);
+        }
+        self.unsubscribe_all(conn);
+        self.refresh_orphans();
+    }
+
+    fn unsubscribe_all(&mut self, conn: ConnId) {
+        self.root_subscribers.remove(&conn);
+        for t in self.terminals.values_mut() {
+            t.subscribers.remove(&conn);
+        }
+    }
+
+    /// Starts or stops each terminal's orphan clock after presence or ownership changed.
+    fn refresh_orphans(&mut self) {
+        let now = Instant::now();
+        for t in self.terminals.values_mut() {
+            if self.clients.contains_key(&t.holder) {
+                t.orphaned_since = None;
+            } else if t.orphaned_since.is_none() {
+                t.orphaned_since = Some(now);
+            }
+        }
+    }
+
+    /// Removes a terminal and emits the root update; no more actions follow on its channel.
+    fn remove_terminal(&mut self, uri: &str) -> Option<TerminalEntry> {
+        let entry = self.terminals.remove(uri)?;
+        self.emit_root_terminals();
+        Some(entry)
+    }
+
+    /// Adds a subscriber to an existing channel (no snapshot).
+    fn add_subscriber(&mut self, conn: ConnId, uri: &str) {
+        if uri == channel::ROOT {
+            self.root_subscribers.insert(conn);
+        } else if let Some(t) = self.terminals.get_mut(uri) {
+            t.subscribers.insert(conn);
+        }
+    }
+
+    /// Whether every envelope after `seq` on `channel` is retained.
+    fn covers(&self, channel: &str, seq: u64) -> bool {
+        if channel == channel::ROOT {
+            self.root_history.covers(seq)
+        } else {
+            self.terminals
+                .get(channel)
+                .is_some_and(|t| t.history.covers(seq))
+        }
+    }
+
     fn snapshot(&self, channel: &str) -> Option<Snapshot> {
         let state = if channel == channel::ROOT {
             SnapshotState::Root(Box::new(self.root.clone()))
@@ -602,6 +834,7 @@ impl Inner {
                 conn.outbox.send(text.clone());
             }
         }
+        t.history.push(envelope, text.len());
     }
 
     /// Emits output text as `terminal/data`, split into envelopes of at most
@@ -699,6 +932,7 @@ impl Inner {
                 }
                 self.emit_terminal(uri, action, Some(origin), cap);
                 self.emit_root_terminals();
+                self.refresh_orphans();
             }
             _ => self.emit_terminal(uri, action, Some(origin), cap),
         }
@@ -722,7 +956,15 @@ impl Inner {
             origin: Some(origin),
             rejection_reason: Some(reason),
         };
-        self.send(conn, frame::action(&envelope));
+        let text = frame::action(&envelope);
+        let bytes = text.len();
+        self.send(conn, text);
+        // Kept for a replay to the same client (decision D3 applies there too).
+        if channel == channel::ROOT {
+            self.root_history.push(envelope, bytes);
+        } else if let Some(t) = self.terminals.get_mut(channel) {
+            t.history.push(envelope, bytes);
+        }
     }
 
     /// Emits `root/terminalsChanged` with the complete catalogue, in creation order.
@@ -761,14 +1003,16 @@ impl Inner {
                 conn.outbox.send(text.clone());
             }
         }
+        self.root_history.push(envelope, text.len());
     }
 }
 
 fn size_param(name: &str, value: Option<i64>, default: u16) -> Result<u16, RpcError> {
     match value {
         None => Ok(default),
-        Some(v) => validate::dimension_value(name, &Value::from(v))
-            .map_err(RpcError::invalid_params),
+        Some(v) => {
+            validate::dimension_value(name, &Value::from(v)).map_err(RpcError::invalid_params)
+        }
     }
 }
 
@@ -777,4 +1021,13 @@ fn shell_name(shell: &std::path::Path) -> String {
         .file_name()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|| "shell".into())
+}
+
+fn decrement(counts: &mut HashMap<String, usize>, key: &str) {
+    if let Some(n) = counts.get_mut(key) {
+        *n -= 1;
+        if *n == 0 {
+            counts.remove(key);
+        }
+    }
 }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use ahp_types::commands::{
     CreateTerminalParams, DisposeTerminalParams, Implementation, InitializeParams,
-    InitializeResult, SubscribeParams, SubscribeResult, UnsubscribeParams,
+    InitializeResult, ReconnectParams, SubscribeParams, SubscribeResult, UnsubscribeParams,
 };
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -126,15 +126,7 @@ impl RpcConnection {
             }
             "initialize" => return self.initialize(id, params),
             "reconnect" if !self.initialized => {
-                // Until resume lands, -32008 makes VS Code and the Rust SDK fall back to
-                // `initialize` on the same socket.
-                self.reply(
-                    &id,
-                    Err(RpcError::not_found(
-                        "reconnect is not available: no state is retained for this client; \
-                         call initialize",
-                    )),
-                );
+                self.reconnect(id, params);
                 return Flow::Continue;
             }
             _ => {}
@@ -244,6 +236,27 @@ impl RpcConnection {
             },
         );
         Flow::Continue
+    }
+
+    /// `reconnect {clientId, lastSeenServerSeq, subscriptions}`; a missing `channel` is
+    /// tolerated (some VS Code builds omit it). The connection counts as initialized after it.
+    fn reconnect(&mut self, id: Value, mut params: Value) {
+        if let Value::Object(m) = &mut params {
+            m.entry("channel")
+                .or_insert_with(|| Value::String(channel::ROOT.into()));
+        }
+        let p: ReconnectParams = match params::decode(&params) {
+            Ok(p) => p,
+            Err(e) => return self.reply(&id, Err(e)),
+        };
+        self.initialized = true;
+        self.host.reconnect(
+            self.conn,
+            p.client_id,
+            p.last_seen_server_seq,
+            &p.subscriptions,
+            |result| frame::success(&id, result),
+        );
     }
 
     fn subscribe(&mut self, id: Value, params: Value) {

@@ -63,6 +63,7 @@ impl Server {
     /// groups killed) and closes every connection with code 1001.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         tracing::info!("listening on ws://{}", self.local_addr);
+        let reaper = tokio::spawn(self.host.clone().reap_orphans());
         let mut connections = JoinSet::new();
         tokio::pin!(shutdown);
         loop {
@@ -85,6 +86,7 @@ impl Server {
         }
         tracing::info!("shutting down");
         drop(self.listener);
+        reaper.abort();
         self.host.shutdown().await;
         let drained = tokio::time::timeout(SHUTDOWN_FLUSH, async {
             while connections.join_next().await.is_some() {}
