@@ -32,11 +32,19 @@ fn port_in_use_is_a_one_line_error() {
     };
     let mut stderr = String::new();
     use std::io::Read;
-    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
     assert_eq!(status.code(), Some(1), "stderr: {stderr}");
     let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
     assert_eq!(lines.len(), 1, "expected one line, got: {stderr}");
-    assert!(lines[0].contains(&addr), "error should name {addr}: {stderr}");
+    assert!(
+        lines[0].contains(&addr),
+        "error should name {addr}: {stderr}"
+    );
     assert!(!stderr.contains("panicked"), "{stderr}");
     drop(taken);
 }
@@ -77,9 +85,19 @@ async fn sigterm_closes_connections_with_1001_and_kills_shells() {
     .await
     .unwrap();
     let (st, d) = status;
-    let st = st.unwrap_or_else(|| panic!("daemon still running 5 s after SIGTERM:\n{}", d.stderr()));
-    assert_eq!(st.code(), Some(0), "exit status {st:?}; stderr:\n{}", d.stderr());
-    wait_dead(&[shell, job], Duration::from_secs(3), "terminal processes after SIGTERM");
+    let st =
+        st.unwrap_or_else(|| panic!("daemon still running 5 s after SIGTERM:\n{}", d.stderr()));
+    assert_eq!(
+        st.code(),
+        Some(0),
+        "exit status {st:?}; stderr:\n{}",
+        d.stderr()
+    );
+    wait_dead(
+        &[shell, job],
+        Duration::from_secs(3),
+        "terminal processes after SIGTERM",
+    );
 }
 
 async fn upgrade_status(url: &str, headers: &[(&str, &str)]) -> Result<(), u16> {
@@ -128,20 +146,31 @@ async fn origin_and_host_checks() {
     assert_eq!(
         upgrade_status(
             &url,
-            &[("Host", "attacker.example:80"), ("Origin", "vscode-file://vscode-app")]
+            &[
+                ("Host", "attacker.example:80"),
+                ("Origin", "vscode-file://vscode-app")
+            ]
         )
         .await,
         Err(403)
     );
     assert_eq!(
-        upgrade_status(&url, &[("Host", &format!("localhost:{}", url.rsplit(':').next().unwrap()))])
-            .await,
+        upgrade_status(
+            &url,
+            &[(
+                "Host",
+                &format!("localhost:{}", url.rsplit(':').next().unwrap())
+            )]
+        )
+        .await,
         Ok(())
     );
     // An accepted upgrade with VS Code's Origin serves AHP.
     let mut req = url.as_str().into_client_request().unwrap();
-    req.headers_mut()
-        .insert("Origin", http::HeaderValue::from_static("vscode-file://vscode-app"));
+    req.headers_mut().insert(
+        "Origin",
+        http::HeaderValue::from_static("vscode-file://vscode-app"),
+    );
     let (ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();
     let mut raw = Raw::connect(&url).await;
     raw.ws = ws;

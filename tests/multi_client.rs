@@ -263,6 +263,19 @@ async fn server_seq_is_strictly_increasing_per_connection() {
             .await;
         assert!(r.get("error").is_none(), "{r}");
     }
+    // The root row is announced before the createTerminal response (notes §9.5 step 7).
+    let row_pos = a.received.iter().position(|m| {
+        m["params"]["action"]["type"] == "root/terminalsChanged"
+            && m["params"]["action"]["terminals"][0]["resource"] == json!(t1)
+    });
+    let resp_pos = a
+        .received
+        .iter()
+        .position(|m| m.get("result").is_some() && m["result"].is_null());
+    assert!(
+        matches!((row_pos, resp_pos), (Some(r), Some(p)) if r < p),
+        "root row {row_pos:?} should precede the createTerminal response {resp_pos:?}"
+    );
     let s_a1 = a.request("subscribe", json!({"channel": t1})).await;
     let s_b2 = b.request("subscribe", json!({"channel": t2})).await;
     a.ready(&t1).await;
@@ -278,8 +291,11 @@ async fn server_seq_is_strictly_increasing_per_connection() {
     let s_a2 = a.request("subscribe", json!({"channel": t2})).await;
     // Rejections on A's stream take sequence numbers too.
     for _ in 0..5 {
-        a.dispatch(&t1, json!({"type": "terminal/resized", "cols": 0, "rows": 1}))
-            .await;
+        a.dispatch(
+            &t1,
+            json!({"type": "terminal/resized", "cols": 0, "rows": 1}),
+        )
+        .await;
     }
     a.wait_data(&t1, "fin-12", SHELL_TIMEOUT).await;
     let snap_a2 = snap_text(&s_a2);

@@ -267,7 +267,25 @@ async fn dispose_removes_terminal_and_kills_its_session() {
     c.create_terminal(&t2, json!({})).await.expect("create");
     c.subscribe_terminal(&t2).await;
     c.ready(&t2).await;
-    let late: Vec<&ActionEnvelope> = c.log[before..].iter().filter(|e| e.channel == t).collect();
+    let removed_at = c.log[before..]
+        .iter()
+        .find(|e| {
+            let v = jv(e);
+            e.channel == ROOT
+                && v["action"]["type"] == "root/terminalsChanged"
+                && !v["action"]["terminals"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|r| r["resource"] == t)
+        })
+        .map(|e| e.server_seq)
+        .unwrap();
+    let late: Vec<&ActionEnvelope> = c
+        .log
+        .iter()
+        .filter(|e| e.channel == t && e.server_seq > removed_at)
+        .collect();
     assert!(late.is_empty(), "actions after dispose: {late:?}");
 }
 

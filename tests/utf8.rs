@@ -45,9 +45,7 @@ async fn multibyte_lines_arrive_intact() {
         .map(|l| l.rsplit('\r').next().unwrap_or(l))
         .filter(|l| l.starts_with('L'))
         .collect();
-    let want: Vec<String> = (1..=3000)
-        .map(|i| format!("L{i} ─│┌ 😀 中文 é"))
-        .collect();
+    let want: Vec<String> = (1..=3000).map(|i| format!("L{i} ─│┌ 😀 中文 é")).collect();
     assert_eq!(lines.len(), want.len(), "{}", tail(&data, 500));
     for (got, want) in lines.iter().zip(&want) {
         assert_eq!(got, want);
@@ -58,8 +56,11 @@ async fn multibyte_lines_arrive_intact() {
 async fn invalid_bytes_become_replacement_characters() {
     let d = Daemon::start();
     let (mut raw, t) = shell(&d, "utf8-invalid").await;
-    raw.type_text(&t, "printf 'a\\xffb\\xc0\\x80c\\xed\\xa0\\x80d\\x9be\\n'; echo inv-$((9*9))\r")
-        .await;
+    raw.type_text(
+        &t,
+        "printf 'a\\xffb\\xc0\\x80c\\xed\\xa0\\x80d\\x9be\\n'; echo inv-$((9*9))\r",
+    )
+    .await;
     raw.wait_data(&t, "inv-81", SHELL_TIMEOUT).await;
     let data = raw.data(&t);
     let want = "a\u{FFFD}b\u{FFFD}\u{FFFD}c\u{FFFD}\u{FFFD}\u{FFFD}d\u{FFFD}e\r\n";
@@ -74,11 +75,8 @@ async fn invalid_bytes_become_replacement_characters() {
 async fn random_bytes_keep_the_connection_valid() {
     let d = Daemon::start();
     let (mut raw, t) = shell(&d, "utf8-random").await;
-    raw.type_text(
-        &t,
-        "head -c 200000 /dev/urandom; echo; echo ok-$((2+3))\r",
-    )
-    .await;
+    raw.type_text(&t, "head -c 200000 /dev/urandom; echo; echo ok-$((2+3))\r")
+        .await;
     // Raw panics on any frame that is not valid JSON text; a closed connection fails the wait.
     raw.wait_data(&t, "ok-5", Duration::from_secs(30)).await;
     assert!(raw.closed.is_none());
@@ -87,5 +85,8 @@ async fn random_bytes_keep_the_connection_valid() {
     // A fresh subscriber's snapshot is valid too.
     let (mut other, _) = Raw::connect_init(&d.url(), "utf8-random-2", &[]).await;
     let r = other.request("subscribe", json!({"channel": t})).await;
-    assert!(r["result"]["snapshot"]["state"]["content"].is_array(), "{r}");
+    assert!(
+        r["result"]["snapshot"]["state"]["content"].is_array(),
+        "{r}"
+    );
 }

@@ -2,8 +2,6 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::*;
 use futures_util::SinkExt;
 use serde_json::{json, Value};
