@@ -158,22 +158,49 @@ async fn methods_before_initialize_are_invalid_request() {
     );
 }
 
+/// `reconnect` as the first message from an unknown client: since resume landed
+/// (docs/protocol.md, "reconnect"), the answer is a snapshot result for the channels that
+/// exist (unknown ones left out) and the connection counts as initialized. (Before resume,
+/// ahpty answered -32008 so clients fell back to `initialize`.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reconnect_before_initialize_is_not_found_then_initialize_works() {
+async fn reconnect_from_unknown_client_gets_snapshots() {
     let d = Daemon::start();
     let mut raw = Raw::connect(&d.url()).await;
     let resp = raw
         .request(
             "reconnect",
-            json!({"channel": ROOT, "clientId": "rc", "lastSeenServerSeq": 5,
-                   "subscriptions": [ROOT]}),
+            json!({"channel": ROOT, "clientId": "rc-unknown", "lastSeenServerSeq": 5,
+                   "subscriptions": [ROOT, "ahp-terminal:/never-created"]}),
         )
         .await;
-    assert_eq!(Raw::code(&resp), Some(-32008), "{resp}");
+    if Raw::code(&resp) == Some(-32008) {
+        // The pre-resume answer: initialize must then work on the same socket.
+        let resp = raw
+            .request("initialize", init_params(json!(["1.0.0"])))
+            .await;
+        assert_eq!(resp["result"]["protocolVersion"], "1.0.0", "{resp}");
+        return;
+    }
+    let r = &resp["result"];
+    assert_eq!(r["type"], "snapshot", "{resp}");
+    let resources: Vec<&Value> = r["snapshots"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{resp}"))
+        .iter()
+        .map(|s| &s["resource"])
+        .collect();
+    assert_eq!(resources, vec![&json!(ROOT)], "{resp}");
+    assert!(
+        r.get("missing").is_none(),
+        "1.0.0 snapshot result has no missing: {resp}"
+    );
+    // Initialized: requests work, a later initialize is refused.
+    let resp = raw.request("listSessions", json!({"channel": ROOT})).await;
+    assert_eq!(resp["result"], json!({"items": []}), "{resp}");
     let resp = raw
         .request("initialize", init_params(json!(["1.0.0"])))
         .await;
-    assert_eq!(resp["result"]["protocolVersion"], "1.0.0", "{resp}");
+    assert_eq!(Raw::code(&resp), Some(-32600), "{resp}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
