@@ -15,6 +15,18 @@ pub const DEFAULT_SCROLLBACK_BYTES: usize = 1024 * 1024;
 /// so a laptop that sleeps overnight still finds its terminals.
 pub const DEFAULT_ORPHAN_GRACE: Duration = Duration::from_secs(24 * 60 * 60);
 
+/// Default time a connection may stay congested before it is closed.
+pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Default largest incoming WebSocket message, in bytes.
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+
+/// Default most terminals at once.
+pub const DEFAULT_MAX_TERMINALS: usize = 512;
+
+/// Default most subscriptions per connection.
+pub const DEFAULT_MAX_SUBSCRIPTIONS: usize = 1024;
+
 /// Daemon settings.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -36,6 +48,15 @@ pub struct Config {
     /// A terminal whose claim holder has had no connection for this long is disposed;
     /// `None` disables reaping.
     pub orphan_grace: Option<Duration>,
+    /// A connection whose outbound queue stays above the high watermark this long is closed
+    /// (code 4001) so the terminals it watches can resume.
+    pub stall_timeout: Duration,
+    /// Largest incoming WebSocket message, in bytes (larger → close code 1009).
+    pub max_message_bytes: usize,
+    /// Most terminals the host runs at once (createTerminal beyond it → -32603).
+    pub max_terminals: usize,
+    /// Most subscriptions one connection may hold (subscribe beyond it → -32603).
+    pub max_subscriptions: usize,
 }
 
 impl Config {
@@ -68,6 +89,10 @@ impl Default for Config {
             shell_integration: true,
             history_bytes: crate::host::history::DEFAULT_TERMINAL_HISTORY_BYTES,
             orphan_grace: Some(DEFAULT_ORPHAN_GRACE),
+            stall_timeout: DEFAULT_STALL_TIMEOUT,
+            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+            max_terminals: DEFAULT_MAX_TERMINALS,
+            max_subscriptions: DEFAULT_MAX_SUBSCRIPTIONS,
         }
     }
 }

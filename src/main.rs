@@ -6,7 +6,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use ahpty::config::{Config, DEFAULT_SCROLLBACK_BYTES};
+use ahpty::config::{
+    Config, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_SUBSCRIPTIONS, DEFAULT_MAX_TERMINALS,
+    DEFAULT_SCROLLBACK_BYTES,
+};
 use ahpty::host::history::DEFAULT_TERMINAL_HISTORY_BYTES;
 use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
@@ -56,6 +59,18 @@ struct ServeArgs {
     /// (e.g. `90s`, `30m`, `24h`); `0` disables reaping.
     #[arg(long, default_value = "24h", value_parser = humantime::parse_duration, value_name = "DURATION")]
     orphan_grace: Duration,
+    /// Close a connection whose unsent output stays above the high watermark this long.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    stall_timeout: Duration,
+    /// Largest incoming WebSocket message, in bytes.
+    #[arg(long, default_value_t = DEFAULT_MAX_MESSAGE_BYTES, value_name = "BYTES")]
+    max_message_bytes: usize,
+    /// Most terminals at once.
+    #[arg(long, default_value_t = DEFAULT_MAX_TERMINALS, value_name = "N")]
+    max_terminals: usize,
+    /// Most subscriptions per connection.
+    #[arg(long, default_value_t = DEFAULT_MAX_SUBSCRIPTIONS, value_name = "N")]
+    max_subscriptions: usize,
 }
 
 fn main() -> ExitCode {
@@ -87,6 +102,10 @@ fn main() -> ExitCode {
         shell_integration: !args.no_shell_integration,
         history_bytes: args.history_bytes.max(1024),
         orphan_grace: (!args.orphan_grace.is_zero()).then_some(args.orphan_grace),
+        stall_timeout: args.stall_timeout.max(Duration::from_millis(100)),
+        max_message_bytes: args.max_message_bytes.max(64 * 1024),
+        max_terminals: args.max_terminals,
+        max_subscriptions: args.max_subscriptions,
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -36,6 +36,7 @@ use ahp_types::state::{
     TerminalRunningLifecycleState, TerminalState,
 };
 use serde_json::Value;
+use tokio::sync::Notify;
 use tokio_tungstenite::tungstenite::Utf8Bytes;
 
 use crate::config::Config;
@@ -66,6 +67,22 @@ pub const CLOSE_SUPERSEDED: u16 = 4000;
 pub struct Host {
     config: Config,
     inner: Mutex<Inner>,
+    /// Signalled whenever any connection's writer has written to its socket.
+    progress: Arc<Notify>,
+}
+
+/// Close code for a connection that stopped reading its socket (see `--stall-timeout`).
+pub const CLOSE_STALLED: u16 = 4001;
+
+/// How congested the subscribers of one terminal are (see [`outbox`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Pressure {
+    /// Some subscriber is above the high watermark: stop reading the pty.
+    pub above_high: bool,
+    /// Some subscriber is above the low watermark: a paused terminal stays paused.
+    pub above_low: bool,
+    /// Some subscriber has not yet written everything queued: merge new output.
+    pub unsent: bool,
 }
 
 struct Inner {
@@ -110,6 +127,7 @@ impl Host {
     pub fn new(config: &Config) -> Arc<Host> {
         Arc::new(Host {
             config: config.clone(),
+            progress: Arc::new(Notify::new()),
             inner: Mutex::new(Inner {
                 server_seq: 0,
                 root: RootState {
@@ -154,6 +172,75 @@ impl Host {
     /// `defaultDirectory` of the initialize result: the `file://` URI of the home directory.
     pub fn default_directory(&self) -> String {
         channel::file_uri(&channel::home_dir())
+    }
+
+    /// A new outbound queue for a connection, wired to the host's progress signal.
+    pub fn new_outbox(&self) -> (Outbox, OutboxReceiver) {
+        Outbox::new(self.progress.clone())
+    }
+
+    /// Signalled whenever a connection's writer made progress (used by paused terminals).
+    pub(crate) fn progress(&self) -> Arc<Notify> {
+        self.progress.clone()
+    }
+
+    /// Congestion of terminal `id`'s subscribers; `None` if the terminal is gone.
+    pub(crate) fn pressure(&self, uri: &str, id: u64) -> Option<Pressure> {
+        let inner = self.lock();
+        let t = inner.terminals.get(uri).filter(|t| t.id == id)?;
+        let mut p = Pressure::default();
+        for c in &t.subscribers {
+            if let Some(conn) = inner.connections.get(c) {
+                let queued = conn.outbox.queued_bytes();
+                p.above_high |= queued > outbox::HIGH_WATERMARK_BYTES;
+                p.above_low |= queued > outbox::LOW_WATERMARK_BYTES;
+                p.unsent |= queued > 0;
+            }
+        }
+        Some(p)
+    }
+
+    /// Closes, every second, the connections that have been congested longer than the stall
+    /// timeout (code [`CLOSE_STALLED`]), dropping their subscriptions at once so the terminals
+    /// they held back resume. The client may `reconnect` and resume from history. Runs until
+    /// the host shuts down.
+    pub async fn watch_stalls(self: Arc<Self>) {
+        let timeout = self.config.stall_timeout;
+        let tick = (timeout / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
+        let mut interval = tokio::time::interval(tick);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            interval.tick().await;
+            let mut inner = self.lock();
+            if inner.shutting_down {
+                return;
+            }
+            let stalled: Vec<ConnId> = inner
+                .connections
+                .iter()
+                .filter(|(_, c)| c.outbox.congested_for().is_some_and(|d| d >= timeout))
+                .map(|(id, _)| *id)
+                .collect();
+            for conn in stalled {
+                if let Some(c) = inner.connections.get(&conn) {
+                    tracing::warn!(
+                        conn,
+                        client_id = c.client_id.as_deref().unwrap_or("?"),
+                        queued_bytes = c.outbox.queued_bytes(),
+                        "closing a stalled connection: it has not read its output for {:?}",
+                        timeout
+                    );
+                    c.outbox.kill(
+                        CLOSE_STALLED,
+                        format!("stalled: output not read for {} s", timeout.as_secs()),
+                    );
+                }
+                inner.drop_connection(conn);
+            }
+            drop(inner);
+            // Terminals waiting on the dropped connections re-check their subscribers.
+            self.progress.notify_waiters();
+        }
     }
 
     /// Registers a new connection and its outbox.
@@ -217,7 +304,16 @@ impl Host {
         respond: impl FnOnce(Result<Snapshot, RpcError>) -> String,
     ) {
         let mut inner = self.lock();
-        let result = inner.subscribe(conn, channel);
+        let result = if inner.subscription_count(conn) >= self.config.max_subscriptions
+            && !inner.is_subscribed(conn, channel)
+        {
+            Err(RpcError::internal(format!(
+                "subscription limit reached: a connection may hold at most {} subscriptions",
+                self.config.max_subscriptions
+            )))
+        } else {
+            inner.subscribe(conn, channel)
+        };
         let text = respond(result);
         inner.send(conn, text);
     }
@@ -407,6 +503,13 @@ impl Host {
             }
             if inner.terminals.contains_key(&uri) || inner.reserved.contains(&uri) {
                 return Err(RpcError::already_exists(&uri));
+            }
+            if inner.terminals.len() + inner.reserved.len() >= self.config.max_terminals {
+                return Err(RpcError::internal(format!(
+                    "terminal limit reached: this host runs at most {} terminals \
+                     (--max-terminals); dispose one first",
+                    self.config.max_terminals
+                )));
             }
             let me = inner
                 .connections
@@ -723,6 +826,25 @@ impl Inner {
         }
     }
 
+    fn subscription_count(&self, conn: ConnId) -> usize {
+        usize::from(self.root_subscribers.contains(&conn))
+            + self
+                .terminals
+                .values()
+                .filter(|t| t.subscribers.contains(&conn))
+                .count()
+    }
+
+    fn is_subscribed(&self, conn: ConnId, channel: &str) -> bool {
+        if channel == channel::ROOT {
+            self.root_subscribers.contains(&conn)
+        } else {
+            self.terminals
+                .get(channel)
+                .is_some_and(|t| t.subscribers.contains(&conn))
+        }
+    }
+
     /// Removes a terminal and emits the root update; no more actions follow on its channel.
     fn remove_terminal(&mut self, uri: &str) -> Option<TerminalEntry> {
         let entry = self.terminals.remove(uri)?;
@@ -897,10 +1019,21 @@ impl Inner {
                     self.reject(conn, uri, raw, origin, "terminal has exited".into());
                     return;
                 }
+                if !t.process.input_fits(input.data.len()) {
+                    let reason = format!(
+                        "input queue full: more than {} bytes are waiting for the program to \
+                         read them",
+                        terminal::process::MAX_PENDING_INPUT_BYTES
+                    );
+                    self.reject(conn, uri, raw, origin, reason);
+                    return;
+                }
                 let process = t.process.clone();
                 let bytes = input.data.clone().into_bytes();
                 self.emit_terminal(uri, action, Some(origin), cap);
-                process.write(bytes);
+                // Checked above; only the pty vanishing can fail here, and then the exit
+                // follows on its own.
+                let _ = process.write(bytes);
             }
             StateAction::TerminalResized(r) => {
                 // Validated to 1..=MAX_DIMENSION, so the conversions cannot fail.

@@ -1,15 +1,21 @@
 //! The per-terminal task that moves [`TerminalEvent`]s from the pty threads into the host.
 //!
-//! It coalesces output that queued up while the host was busy (so a flood becomes few large
-//! envelopes while an idle terminal's first byte goes out at once), and orders the exit:
-//! `terminal/exited` is emitted only after the output has been drained, i.e. after EOF, or
-//! [`EXIT_DRAIN`] after the process exited if a background job keeps the pty open. Output
-//! arriving after that is still delivered, until the terminal is disposed.
+//! Three jobs:
+//! - **Backpressure.** When a subscriber's outbound queue passes the high watermark, the pump
+//!   stops taking events; the bounded event channel fills, the reader thread stops reading the
+//!   pty, and the program blocks in `write` as in a real terminal. It resumes once every
+//!   subscriber is back under the low watermark (or was closed as stalled).
+//! - **Coalescing.** Output that arrives while an earlier envelope of a subscriber is still
+//!   waiting to be written is merged into the next envelope (up to [`COALESCE_BYTES`]), so a
+//!   flood becomes few large envelopes, while an idle terminal's first byte goes out at once.
+//! - **Exit ordering.** `terminal/exited` is emitted only after the output has been drained:
+//!   after EOF, or [`EXIT_DRAIN`] after the process exited if a background job keeps the pty
+//!   open. Output arriving after that is still delivered, until the terminal is disposed.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
 use super::Host;
@@ -18,78 +24,177 @@ use crate::terminal::{PtyEvent, TerminalEvent};
 /// How long after the process exits its output may still drain before `terminal/exited`.
 pub const EXIT_DRAIN: Duration = Duration::from_millis(500);
 
-/// Output merged into one host update, in bytes.
-const COALESCE_BYTES: usize = 256 * 1024;
+/// Most output merged into one host update, in bytes (one `terminal/data` per update unless
+/// shell-integration marks split it).
+pub const COALESCE_BYTES: usize = 256 * 1024;
+
+/// How often a paused or merging pump re-checks its subscribers even without progress
+/// (subscribers may unsubscribe or disconnect).
+const RECHECK: Duration = Duration::from_millis(100);
+
+struct Pump {
+    host: Arc<Host>,
+    uri: String,
+    id: u64,
+    events: mpsc::Receiver<TerminalEvent>,
+    progress: Arc<Notify>,
+    /// An event taken from the channel while merging output, handled next.
+    pending: Option<TerminalEvent>,
+    exit: Option<Option<i64>>,
+    exit_reported: bool,
+    eof: bool,
+    deadline: Option<Instant>,
+}
 
 pub(super) async fn run(
     host: Arc<Host>,
     uri: String,
     id: u64,
-    mut events: mpsc::Receiver<TerminalEvent>,
+    events: mpsc::Receiver<TerminalEvent>,
 ) {
-    let mut pending: Option<TerminalEvent> = None;
-    let mut exit: Option<Option<i64>> = None;
-    let mut exit_reported = false;
-    let mut eof = false;
-    let mut deadline: Option<Instant> = None;
-    loop {
-        let event = match pending.take() {
-            Some(e) => Some(e),
-            None => match deadline {
-                Some(d) => match tokio::time::timeout_at(d, events.recv()).await {
-                    Ok(e) => e,
-                    Err(_) => {
-                        deadline = None;
-                        if let (Some(code), false) = (exit, exit_reported) {
-                            host.apply_exited(&uri, id, code);
-                            exit_reported = true;
+    let progress = host.progress();
+    let mut pump = Pump {
+        host,
+        uri,
+        id,
+        events,
+        progress,
+        pending: None,
+        exit: None,
+        exit_reported: false,
+        eof: false,
+        deadline: None,
+    };
+    pump.run().await;
+}
+
+impl Pump {
+    async fn run(&mut self) {
+        loop {
+            self.wait_for_room().await;
+            let event = match self.pending.take() {
+                Some(e) => Some(e),
+                None => match self.deadline {
+                    Some(d) => match tokio::time::timeout_at(d, self.events.recv()).await {
+                        Ok(e) => e,
+                        Err(_) => {
+                            self.deadline = None;
+                            self.report_exit();
+                            continue;
                         }
-                        continue;
-                    }
+                    },
+                    None => self.events.recv().await,
                 },
-                None => events.recv().await,
-            },
-        };
-        let Some(event) = event else { break };
-        match event {
-            TerminalEvent::Output(mut batch) => {
-                let mut bytes = batch_bytes(&batch);
-                while bytes < COALESCE_BYTES {
-                    match events.try_recv() {
-                        Ok(TerminalEvent::Output(more)) => {
-                            bytes += batch_bytes(&more);
-                            batch.extend(more);
-                        }
-                        Ok(other) => {
-                            pending = Some(other);
-                            break;
-                        }
-                        Err(_) => break,
+            };
+            let Some(event) = event else { break };
+            match event {
+                TerminalEvent::Output(batch) => {
+                    let batch = self.merge(batch).await;
+                    self.host.apply_output(&self.uri, self.id, batch);
+                }
+                TerminalEvent::Eof => {
+                    self.eof = true;
+                    if self.exit.is_some() {
+                        self.deadline = None;
+                        self.report_exit();
                     }
                 }
-                host.apply_output(&uri, id, batch);
-            }
-            TerminalEvent::Eof => {
-                eof = true;
-                if let (Some(code), false) = (exit, exit_reported) {
-                    host.apply_exited(&uri, id, code);
-                    exit_reported = true;
-                    deadline = None;
-                }
-            }
-            TerminalEvent::Exited(code) => {
-                exit = Some(code);
-                if eof {
-                    host.apply_exited(&uri, id, code);
-                    exit_reported = true;
-                } else {
-                    deadline = Some(Instant::now() + EXIT_DRAIN);
+                TerminalEvent::Exited(code) => {
+                    self.exit = Some(code);
+                    if self.eof {
+                        self.report_exit();
+                    } else {
+                        self.deadline = Some(Instant::now() + EXIT_DRAIN);
+                    }
                 }
             }
         }
+        self.report_exit();
     }
-    if let (Some(code), false) = (exit, exit_reported) {
-        host.apply_exited(&uri, id, code);
+
+    fn report_exit(&mut self) {
+        if let (Some(code), false) = (self.exit, self.exit_reported) {
+            self.host.apply_exited(&self.uri, self.id, code);
+            self.exit_reported = true;
+        }
+    }
+
+    /// Waits while a subscriber is congested: above the high watermark, until every
+    /// subscriber is under the low one.
+    async fn wait_for_room(&mut self) {
+        let mut paused = false;
+        loop {
+            let notified = self.progress.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let Some(p) = self.host.pressure(&self.uri, self.id) else {
+                return;
+            };
+            let wait = if paused { p.above_low } else { p.above_high };
+            if !wait {
+                if paused {
+                    tracing::debug!(terminal = %self.uri, "output resumed");
+                }
+                return;
+            }
+            if !paused {
+                tracing::debug!(terminal = %self.uri, "output paused: a subscriber is congested");
+                paused = true;
+            }
+            tokio::select! {
+                _ = &mut notified => {}
+                _ = tokio::time::sleep(RECHECK) => {}
+            }
+        }
+    }
+
+    /// Merges further output into `batch` while a subscriber still has unsent data, up to
+    /// [`COALESCE_BYTES`]. A non-output event ends the merge and is kept for later.
+    async fn merge(&mut self, mut batch: Vec<PtyEvent>) -> Vec<PtyEvent> {
+        let mut bytes = batch_bytes(&batch);
+        loop {
+            while bytes < COALESCE_BYTES {
+                match self.events.try_recv() {
+                    Ok(TerminalEvent::Output(more)) => {
+                        bytes += batch_bytes(&more);
+                        batch.extend(more);
+                    }
+                    Ok(other) => {
+                        self.pending = Some(other);
+                        return batch;
+                    }
+                    Err(_) => break,
+                }
+            }
+            if bytes >= COALESCE_BYTES {
+                return batch;
+            }
+            let notified = self.progress.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let unsent = self
+                .host
+                .pressure(&self.uri, self.id)
+                .is_some_and(|p| p.unsent && !p.above_high);
+            if !unsent {
+                return batch;
+            }
+            tokio::select! {
+                _ = &mut notified => {}
+                _ = tokio::time::sleep(RECHECK) => {}
+                event = self.events.recv() => match event {
+                    Some(TerminalEvent::Output(more)) => {
+                        bytes += batch_bytes(&more);
+                        batch.extend(more);
+                    }
+                    Some(other) => {
+                        self.pending = Some(other);
+                        return batch;
+                    }
+                    None => return batch,
+                },
+            }
+        }
     }
 }
 

@@ -18,15 +18,12 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 
 use super::upgrade::UpgradePolicy;
-use crate::host::{Host, Outbox, OutboxReceiver, Outgoing};
+use crate::host::{Host, OutboxReceiver, Outgoing};
 use crate::rpc::error::RpcError;
 use crate::rpc::{frame, Flow, RpcConnection};
 
 /// A socket must complete the WebSocket upgrade within this time.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Largest incoming message, in bytes; a larger one closes the connection with 1009.
-pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 
 /// How long to wait for the peer after sending a close frame.
 const CLOSE_LINGER: Duration = Duration::from_secs(1);
@@ -41,11 +38,12 @@ pub async fn handle(
     peer: SocketAddr,
     host: Arc<Host>,
     policy: Arc<UpgradePolicy>,
+    max_message_bytes: usize,
 ) {
     let _ = stream.set_nodelay(true);
     let config = WebSocketConfig::default()
-        .max_message_size(Some(MAX_MESSAGE_BYTES))
-        .max_frame_size(Some(MAX_MESSAGE_BYTES));
+        .max_message_size(Some(max_message_bytes))
+        .max_frame_size(Some(max_message_bytes));
     let callback = |request: &Request, response: Response| -> Result<Response, ErrorResponse> {
         match policy.check(request) {
             Ok(()) => Ok(response),
@@ -72,7 +70,7 @@ pub async fn handle(
         }
     };
     let (sink, mut source) = ws.split();
-    let (outbox, outbox_rx) = Outbox::new();
+    let (outbox, outbox_rx) = host.new_outbox();
     let mut rpc = RpcConnection::new(host, outbox.clone());
     let conn = rpc.id();
     tracing::debug!(%peer, conn, "connection open");
@@ -134,39 +132,47 @@ pub async fn handle(
 }
 
 async fn write_loop(mut sink: Sink, mut rx: OutboxReceiver) {
-    while let Some(out) = rx.recv().await {
-        match out {
-            Outgoing::Text(text) => {
-                // Batch whatever else is already queued before flushing.
-                if sink.feed(Message::Text(text)).await.is_err() {
-                    return;
-                }
-                let mut closing = None;
-                while let Ok(more) = rx.try_recv() {
-                    match more {
-                        Outgoing::Text(t) => {
-                            if sink.feed(Message::Text(t)).await.is_err() {
-                                return;
-                            }
-                        }
-                        close @ Outgoing::Close { .. } => {
-                            closing = Some(close);
-                            break;
-                        }
+    let kill = rx.kill_signal();
+    let close = tokio::select! {
+        close = write_queue(&mut sink, &mut rx) => close,
+        killed = kill.killed() => Some(killed),
+    };
+    if let Some((code, reason)) = close {
+        // A stalled peer may never read the close frame: do not wait for it forever.
+        let _ = tokio::time::timeout(CLOSE_LINGER, send_close(&mut sink, code, reason)).await;
+    }
+}
+
+/// Writes queued messages until a close is requested (returned) or the socket fails (`None`).
+/// Whatever is already queued is sent in one batch before a flush, and reported to the outbox
+/// as written once flushed.
+async fn write_queue(sink: &mut Sink, rx: &mut OutboxReceiver) -> Option<(u16, String)> {
+    loop {
+        let first = rx.recv().await?;
+        let mut batch_bytes = 0;
+        let mut next = Some(first);
+        let mut closing = None;
+        while let Some(out) = next.take() {
+            match out {
+                Outgoing::Text(text) => {
+                    batch_bytes += text.len();
+                    if sink.feed(Message::Text(text)).await.is_err() {
+                        return None;
                     }
                 }
-                if sink.flush().await.is_err() {
-                    return;
-                }
-                if let Some(Outgoing::Close { code, reason }) = closing {
-                    send_close(&mut sink, code, reason).await;
-                    return;
+                Outgoing::Close { code, reason } => {
+                    closing = Some((code, reason));
+                    break;
                 }
             }
-            Outgoing::Close { code, reason } => {
-                send_close(&mut sink, code, reason).await;
-                return;
-            }
+            next = rx.try_recv();
+        }
+        if sink.flush().await.is_err() {
+            return None;
+        }
+        rx.written(batch_bytes);
+        if closing.is_some() {
+            return closing;
         }
     }
 }

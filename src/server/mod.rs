@@ -28,6 +28,7 @@ pub struct Server {
     local_addr: SocketAddr,
     host: Arc<Host>,
     policy: Arc<UpgradePolicy>,
+    max_message_bytes: usize,
 }
 
 impl Server {
@@ -46,6 +47,7 @@ impl Server {
             local_addr,
             host: Host::new(config),
             policy: Arc::new(UpgradePolicy::new(&config.allow_origins, &local_addr)),
+            max_message_bytes: config.max_message_bytes,
         })
     }
 
@@ -64,6 +66,7 @@ impl Server {
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         tracing::info!("listening on ws://{}", self.local_addr);
         let reaper = tokio::spawn(self.host.clone().reap_orphans());
+        let stall_watch = tokio::spawn(self.host.clone().watch_stalls());
         let mut connections = JoinSet::new();
         tokio::pin!(shutdown);
         loop {
@@ -73,7 +76,8 @@ impl Server {
                     Ok((stream, peer)) => {
                         let host = self.host.clone();
                         let policy = self.policy.clone();
-                        connections.spawn(connection::handle(stream, peer, host, policy));
+                        let max = self.max_message_bytes;
+                        connections.spawn(connection::handle(stream, peer, host, policy, max));
                     }
                     Err(e) => {
                         // Out of file descriptors and similar: keep serving the others.
@@ -87,6 +91,7 @@ impl Server {
         tracing::info!("shutting down");
         drop(self.listener);
         reaper.abort();
+        stall_watch.abort();
         self.host.shutdown().await;
         let drained = tokio::time::timeout(SHUTDOWN_FLUSH, async {
             while connections.join_next().await.is_some() {}

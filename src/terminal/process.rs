@@ -10,8 +10,9 @@
 use std::ffi::OsString;
 use std::io::{self, Read, Write};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc as std_mpsc;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, killpg, Signal};
@@ -38,11 +39,25 @@ pub struct SpawnRequest {
     pub env_remove: Vec<OsString>,
 }
 
+/// Input accepted for a terminal but not yet written to its pty, in bytes, beyond which more
+/// input is refused (the program is not reading its input).
+pub const MAX_PENDING_INPUT_BYTES: usize = 8 * 1024 * 1024;
+
+/// Why input was not queued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InputError {
+    /// [`MAX_PENDING_INPUT_BYTES`] would be exceeded.
+    QueueFull,
+    /// The pty is gone.
+    Closed,
+}
+
 /// A running (or exited, not yet disposed) pty process.
 pub struct PtyProcess {
     pid: i32,
     master: Mutex<Box<dyn MasterPty + Send>>,
     input: Mutex<Option<std_mpsc::Sender<Vec<u8>>>>,
+    pending_input: Arc<AtomicUsize>,
 }
 
 impl std::fmt::Debug for PtyProcess {
@@ -100,14 +115,17 @@ impl PtyProcess {
             .take_writer()
             .map_err(|e| io::Error::other(format!("cannot write the pty: {e}")))?;
         let (tx, rx) = std_mpsc::channel::<Vec<u8>>();
+        let pending_input = Arc::new(AtomicUsize::new(0));
+        let pending = pending_input.clone();
         std::thread::Builder::new()
             .name(format!("pty-writer-{pid}"))
-            .spawn(move || writer_loop(writer, rx))?;
+            .spawn(move || writer_loop(writer, rx, pending))?;
         Ok((
             PtyProcess {
                 pid,
                 master: Mutex::new(pair.master),
                 input: Mutex::new(Some(tx)),
+                pending_input,
             },
             reader,
         ))
@@ -118,17 +136,28 @@ impl PtyProcess {
         self.pid
     }
 
-    /// Queues bytes for the pty; never blocks. Bytes are written in order, unmodified.
-    /// Returns false when the writer has stopped (the pty is gone).
-    pub fn write(&self, bytes: Vec<u8>) -> bool {
+    /// Queues bytes for the pty; never blocks. Bytes are written in order, unmodified, by the
+    /// terminal's writer thread. Errors: [`InputError::QueueFull`] when more than
+    /// [`MAX_PENDING_INPUT_BYTES`] would be waiting; [`InputError::Closed`] when the pty is gone.
+    pub fn write(&self, bytes: Vec<u8>) -> Result<(), InputError> {
         let guard = match self.input.lock() {
             Ok(g) => g,
             Err(p) => p.into_inner(),
         };
-        match guard.as_ref() {
-            Some(tx) => tx.send(bytes).is_ok(),
-            None => false,
+        let Some(tx) = guard.as_ref() else {
+            return Err(InputError::Closed);
+        };
+        let len = bytes.len();
+        if self.pending_input.load(Ordering::Acquire) + len > MAX_PENDING_INPUT_BYTES {
+            return Err(InputError::QueueFull);
         }
+        self.pending_input.fetch_add(len, Ordering::AcqRel);
+        tx.send(bytes).map_err(|_| InputError::Closed)
+    }
+
+    /// Would `len` more bytes of input fit in the queue?
+    pub fn input_fits(&self, len: usize) -> bool {
+        self.pending_input.load(Ordering::Acquire) + len <= MAX_PENDING_INPUT_BYTES
     }
 
     /// Sets the pty window size; the foreground process group receives SIGWINCH.
@@ -160,9 +189,15 @@ impl PtyProcess {
     }
 }
 
-fn writer_loop(mut writer: Box<dyn Write + Send>, rx: std_mpsc::Receiver<Vec<u8>>) {
+fn writer_loop(
+    mut writer: Box<dyn Write + Send>,
+    rx: std_mpsc::Receiver<Vec<u8>>,
+    pending: Arc<AtomicUsize>,
+) {
     while let Ok(bytes) = rx.recv() {
-        if let Err(e) = writer.write_all(&bytes).and_then(|_| writer.flush()) {
+        let result = writer.write_all(&bytes).and_then(|_| writer.flush());
+        pending.fetch_sub(bytes.len(), Ordering::AcqRel);
+        if let Err(e) = result {
             tracing::debug!(error = %e, "pty writer stopped");
             return;
         }
