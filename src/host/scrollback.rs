@@ -3,7 +3,7 @@
 //! The reducers only ever append to `TerminalState.content`; after each append the host calls
 //! [`trim`] so a chatty terminal cannot grow memory without limit. Trimming drops whole leading
 //! parts first, then cuts the head of the oldest remaining one, always on a character
-//! boundary, preferring a line start. A running (incomplete) command part is never dropped
+//! boundary and never inside an escape sequence, preferring a line start. A running (incomplete) command part is never dropped
 //! (`terminal/commandFinished` finds it by id); only the head of its output may be cut.
 //! A trim is not an action: it shows only in later snapshots (notes §9.7).
 
@@ -57,24 +57,66 @@ pub fn trim(state: &mut TerminalState, cap: usize) -> usize {
     total
 }
 
+/// How far back from a cut [`trim`] looks for the start of an escape sequence, in bytes.
+const SEQUENCE_SEARCH_BYTES: usize = 4096;
+
 /// The smallest cut ≥ `at` that lies on a character boundary, moved to just after a newline
-/// when one is within [`LINE_SEARCH_BYTES`].
+/// when one is within [`LINE_SEARCH_BYTES`], and past the end of an escape sequence it would
+/// otherwise split.
 fn cut_point(text: &str, at: usize) -> usize {
     if at >= text.len() {
         return text.len();
     }
+    let bytes = text.as_bytes();
     let mut cut = at;
     while !text.is_char_boundary(cut) {
         cut += 1;
     }
     let window_end = (cut + LINE_SEARCH_BYTES).min(text.len());
-    if let Some(nl) = text.as_bytes()[cut..window_end]
-        .iter()
-        .position(|&b| b == b'\n')
-    {
+    if let Some(nl) = bytes[cut..window_end].iter().position(|&b| b == b'\n') {
         cut += nl + 1;
     }
+    let back = cut.saturating_sub(SEQUENCE_SEARCH_BYTES);
+    if let Some(esc) = bytes[back..cut].iter().rposition(|&b| b == 0x1b) {
+        if let Some(end) = sequence_end(bytes, back + esc) {
+            if end > cut {
+                cut = end;
+                while !text.is_char_boundary(cut) {
+                    cut += 1;
+                }
+            }
+        }
+    }
     cut
+}
+
+/// The index just past the escape sequence starting with ESC at `start`, or `None` if it is
+/// not terminated within `bytes`. CSI ends at a final byte 0x40–0x7E; OSC at BEL or ST;
+/// DCS/SOS/PM/APC at ST; other ESC sequences at their first byte 0x30–0x7E.
+fn sequence_end(bytes: &[u8], start: usize) -> Option<usize> {
+    let kind = *bytes.get(start + 1)?;
+    let body = start + 2;
+    match kind {
+        b'[' => bytes[body..]
+            .iter()
+            .position(|b| (0x40..=0x7e).contains(b))
+            .map(|i| body + i + 1),
+        b']' | b'P' | b'X' | b'^' | b'_' => {
+            let mut i = body;
+            while i < bytes.len() {
+                match bytes[i] {
+                    0x07 if kind == b']' => return Some(i + 1),
+                    0x1b if bytes.get(i + 1) == Some(&b'\\') => return Some(i + 2),
+                    _ => i += 1,
+                }
+            }
+            None
+        }
+        _ => bytes[start + 1..]
+            .iter()
+            .position(|b| (0x30..=0x7e).contains(b))
+            .map(|i| start + 1 + i + 1),
+    }
 }
 
 #[cfg(test)]
@@ -118,6 +160,35 @@ mod tests {
             panic!()
         };
         assert_eq!(u.value, "line three\n");
+    }
+
+    #[test]
+    fn never_cuts_inside_an_escape_sequence() {
+        // No newline near the cut: the cut lands inside a CSI, then inside an OSC title.
+        let csi = format!("{}\x1b[38;5;196mred", "a".repeat(10));
+        let mut s = state(vec![text(&csi)]);
+        trim(&mut s, csi.len() - 12);
+        let TerminalContentPart::Unclassified(u) = &s.content[0] else {
+            panic!()
+        };
+        assert_eq!(u.value, "red");
+
+        let osc = format!("{}\x1b]0;a long title\x1b\\after", "b".repeat(10));
+        let mut s = state(vec![text(&osc)]);
+        trim(&mut s, osc.len() - 14);
+        let TerminalContentPart::Unclassified(u) = &s.content[0] else {
+            panic!()
+        };
+        assert_eq!(u.value, "after");
+
+        // A cut after a complete sequence is left alone.
+        let done = format!("\x1b[0m{}", "c".repeat(20));
+        let mut s = state(vec![text(&done)]);
+        trim(&mut s, 10);
+        let TerminalContentPart::Unclassified(u) = &s.content[0] else {
+            panic!()
+        };
+        assert_eq!(u.value, "c".repeat(10));
     }
 
     #[test]
