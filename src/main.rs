@@ -37,7 +37,7 @@ struct ServeArgs {
     #[arg(long, default_value = "127.0.0.1:8765")]
     listen: SocketAddr,
     /// Program to run in each terminal [default: $SHELL, else /bin/bash, else /bin/sh].
-    #[arg(long)]
+    #[arg(long, overrides_with = "shell")]
     shell: Option<PathBuf>,
     /// Also accept WebSocket upgrades carrying this Origin (repeatable), e.g. a web build of
     /// VS Code. `vscode-file://vscode-app` (VS Code desktop) is always allowed.
