@@ -410,5 +410,5 @@ async fn random_clients_fold_to_fresh_snapshots_seed_1() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_clients_fold_to_fresh_snapshots_seed_2() {
-    run(0xdead_beef_2).await;
+    run(0x0dea_dbee_f002).await;
 }
