@@ -104,7 +104,7 @@ impl Term {
             child,
             writer,
             rx,
-            parser: OutputParser::new(nonce),
+            parser: OutputParser::signed(nonce),
             tracker: CommandTracker::new(None),
             text: String::new(),
             marks: Vec::new(),

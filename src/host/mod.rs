@@ -524,9 +524,10 @@ impl Host {
         };
         let cwd_uri = channel::file_uri(&cwd);
         let nonce = shell_integration::new_nonce();
-        let inject = self.config.shell_integration;
+        let inject =
+            self.config.shell_integration && shell_integration::shell_kind(&shell).is_some();
         let request = self.spawn_request(shell.clone(), cwd.clone(), cols, rows);
-        let pipeline = OutputPipeline::new(nonce.clone(), Some(cwd_uri.clone()));
+        let pipeline = OutputPipeline::new(nonce.clone(), Some(cwd_uri.clone()), inject);
         let started = tokio::task::spawn_blocking(move || {
             let mut request = request;
             if inject {

@@ -25,10 +25,17 @@ impl std::fmt::Debug for OutputPipeline {
 impl OutputPipeline {
     /// A pipeline for a terminal whose integration scripts (if any) carry `nonce`, starting in
     /// the directory `cwd_uri` (a `file://` URI, so the first cwd mark reporting the same
-    /// directory produces no `terminal/cwdChanged`).
-    pub fn new(nonce: String, cwd_uri: Option<String>) -> Self {
+    /// directory produces no `terminal/cwdChanged`). With `injected`, the terminal runs
+    /// ahpty's own scripts and only marks signed with the nonce are believed
+    /// ([`OutputParser::signed`]); otherwise any OSC 633/133 mark the shell prints is.
+    pub fn new(nonce: String, cwd_uri: Option<String>, injected: bool) -> Self {
+        let parser = if injected {
+            OutputParser::signed(nonce)
+        } else {
+            OutputParser::new(nonce)
+        };
         OutputPipeline {
-            parser: OutputParser::new(nonce),
+            parser,
             tracker: CommandTracker::new(cwd_uri),
             scratch: Vec::new(),
         }
@@ -79,7 +86,7 @@ mod tests {
 
     #[test]
     fn marks_become_actions_in_stream_order() {
-        let mut p = OutputPipeline::new("n1".into(), None);
+        let mut p = OutputPipeline::new("n1".into(), None, false);
         let mut events = p.feed(b"$ \x1b]633;E;echo hi;n1\x07\x1b]633;C\x07hi\r\n");
         events.extend(p.feed(b"\x1b]633;D;0\x07$ "));
         let kinds: Vec<String> = events

@@ -147,6 +147,8 @@ impl vte::Perform for Recorder {
 /// Streaming parser for one terminal's pty output. See the module docs.
 pub struct OutputParser {
     nonce: String,
+    /// Marks are trusted only when signed with the nonce (see [`OutputParser::signed`]).
+    require_nonce: bool,
     vte: vte::Parser,
     rec: Recorder,
     mode: Mode,
@@ -163,12 +165,27 @@ impl OutputParser {
     pub fn new(nonce: String) -> Self {
         OutputParser {
             nonce,
+            require_nonce: false,
             vte: vte::Parser::new(),
             rec: Recorder::default(),
             mode: Mode::Ground,
             buf: Vec::new(),
             decoder: Utf8Decoder::new(),
             text: String::new(),
+        }
+    }
+
+    /// Creates a parser for a terminal running ahpty's injected integration scripts, which sign
+    /// every mark with the terminal's nonce as a trailing field (`633;A;<nonce>`,
+    /// `633;D;<exit>;<nonce>`, `633;P;Cwd=<dir>;<nonce>`, `633;E;<cmdline>;<nonce>`). Only
+    /// signed OSC 633 marks are reported; unsigned 633 marks, OSC 133 and OSC 1337
+    /// `CurrentDir` — which any program can print, e.g. `cat` of a recorded session — are
+    /// still stripped but ignored, so they cannot end a command early or forge its exit code.
+    /// Titles and OSC 7 are reported as with [`OutputParser::new`].
+    pub fn signed(nonce: String) -> Self {
+        OutputParser {
+            require_nonce: !nonce.is_empty(),
+            ..OutputParser::new(nonce)
         }
     }
 
@@ -522,7 +539,7 @@ impl OutputParser {
         }
         // For BEL the terminator was pushed into nothing yet: buf holds ESC ] payload.
         let payload = osc_payload(&buf);
-        match classify_osc(payload, &self.nonce) {
+        match classify_osc(payload, &self.nonce, self.require_nonce) {
             Osc::Integration(mark) => {
                 self.recycle(buf);
                 if let Some(mark) = mark {
@@ -589,11 +606,23 @@ fn is_integration_osc(payload: &[u8]) -> bool {
     }
 }
 
-fn classify_osc(payload: &[u8], nonce: &str) -> Osc {
+fn classify_osc(payload: &[u8], nonce: &str, require_nonce: bool) -> Osc {
     let (num, rest) = split_once(payload, b';');
     match num {
-        b"633" => Osc::Integration(rest.and_then(|r| parse_633(r, nonce))),
+        b"633" if require_nonce => Osc::Integration(rest.and_then(|r| parse_signed_633(r, nonce))),
+        // Unsigned marks are believed here, but a signature, if present, is not data.
+        b"633" => Osc::Integration(
+            rest.and_then(|r| parse_signed_633(r, nonce).or_else(|| parse_633(r, nonce))),
+        ),
+        b"133" if require_nonce => Osc::Integration(None),
         b"133" => Osc::Integration(rest.and_then(parse_133)),
+        b"1337"
+            if require_nonce
+                && ITERM_INTEGRATION_KEYS
+                    .contains(&split_once(rest.unwrap_or_default(), b'=').0) =>
+        {
+            Osc::Integration(None)
+        }
         b"1337" => {
             let (key, value) = split_once(rest.unwrap_or_default(), b'=');
             if !ITERM_INTEGRATION_KEYS.contains(&key) {
@@ -636,6 +665,19 @@ fn parse_633(rest: &[u8], nonce: &str) -> Option<Mark> {
         // F, G, H, I, SetMark, EnvJson, EnvSingle*, …: stripped, not reported.
         _ => None,
     }
+}
+
+/// A 633 mark that must end with `;<nonce>` (the field is removed before parsing). `E`
+/// carries its nonce the same way and is checked by [`parse_command_line`].
+fn parse_signed_633(rest: &[u8], nonce: &str) -> Option<Mark> {
+    if rest.first() == Some(&b'E') {
+        return parse_633(rest, nonce);
+    }
+    let i = rest.iter().rposition(|&b| b == b';')?;
+    if &rest[i + 1..] != nonce.as_bytes() {
+        return None;
+    }
+    parse_633(&rest[..i], nonce)
 }
 
 fn parse_133(rest: &[u8]) -> Option<Mark> {
@@ -740,6 +782,46 @@ fn parse_osc7(rest: &[u8]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn signed_parser_trusts_only_marks_with_the_nonce() {
+        let mut p = OutputParser::signed("n0nce".into());
+        let mut out = Vec::new();
+        p.feed(
+            b"a\x1b]633;C\x07b\x1b]133;D;99\x07c\x1b]633;D;98\x07d\x1b]1337;CurrentDir=/x\x07e\
+              \x1b]633;C;n0nce\x07f\x1b]633;D;3;n0nce\x07g\x1b]633;P;Cwd=/tmp;n0nce\x07h\
+              \x1b]633;E;ls;n0nce\x07\x1b]633;A;n0nce\x07",
+            &mut out,
+        );
+        let marks: Vec<Mark> = out
+            .iter()
+            .filter_map(|e| match e {
+                OutputEvent::Mark(m) => Some(m.clone()),
+                OutputEvent::Text(_) => None,
+            })
+            .collect();
+        assert_eq!(
+            marks,
+            [
+                Mark::CommandExecuted,
+                Mark::CommandFinished { exit_code: Some(3) },
+                Mark::Cwd("/tmp".into()),
+                Mark::CommandLine {
+                    command_line: "ls".into(),
+                    nonce_ok: true
+                },
+                Mark::PromptStart,
+            ]
+        );
+        let text: String = out
+            .iter()
+            .filter_map(|e| match e {
+                OutputEvent::Text(t) => Some(t.as_str()),
+                OutputEvent::Mark(_) => None,
+            })
+            .collect();
+        assert_eq!(text, "abcdefgh");
+    }
 
     const NONCE: &str = "n0nce";
 

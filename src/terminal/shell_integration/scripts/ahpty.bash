@@ -56,18 +56,18 @@ __ahpty_preexec() {
         __ahpty_escape "$line"
         builtin printf '\e]633;E;%s;%s\a' "$__ahpty_r" "$__ahpty_nonce"
     fi
-    builtin printf '\e]633;C\a'
+    builtin printf '\e]633;C;%s\a' "$__ahpty_nonce"
 }
 
 # First PROMPT_COMMAND entry: report the finished command, then hand $? on unchanged.
 __ahpty_precmd() {
     local status=$?
     if [ "${__ahpty_ran-0}" = 1 ]; then
-        builtin printf '\e]633;D;%s\a' "$status"
+        builtin printf '\e]633;D;%s;%s\a' "$status" "$__ahpty_nonce"
     fi
     __ahpty_ran=0
     __ahpty_escape "$PWD"
-    builtin printf '\e]633;P;Cwd=%s\a' "$__ahpty_r"
+    builtin printf '\e]633;P;Cwd=%s;%s\a' "$__ahpty_r" "$__ahpty_nonce"
     return "$status"
 }
 
@@ -76,7 +76,7 @@ __ahpty_prompt() {
     local status=$?
     __ahpty_hnext=$HISTCMD
     if [ "${PS1-}" != "$__ahpty_ps1" ]; then
-        __ahpty_ps1='\[\e]633;A\a\]'"${PS1-}"'\[\e]633;B\a\]'
+        __ahpty_ps1='\[\e]633;A;'"$__ahpty_nonce"'\a\]'"${PS1-}"'\[\e]633;B;'"$__ahpty_nonce"'\a\]'
         PS1=$__ahpty_ps1
     fi
     if [ "${PS0-}" != "$__ahpty_ps0" ]; then

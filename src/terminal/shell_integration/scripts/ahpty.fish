@@ -35,19 +35,19 @@ if status is-interactive; and set -q AHPTY_SI_NONCE; and not set -q __ahpty_load
 
     function __ahpty_prompt --on-event fish_prompt
         set -l dir (__ahpty_escape "$PWD" | string collect)
-        printf '\e]633;P;Cwd=%s\a\e]633;A\a' "$dir"
+        printf '\e]633;P;Cwd=%s;%s\a\e]633;A;%s\a' "$dir" "$__ahpty_nonce" "$__ahpty_nonce"
     end
 
     function __ahpty_preexec --on-event fish_preexec
         set -g __ahpty_ran 1
         set -l line (__ahpty_escape "$argv[1]" | string collect)
-        printf '\e]633;E;%s;%s\a\e]633;C\a' "$line" "$__ahpty_nonce"
+        printf '\e]633;E;%s;%s\a\e]633;C;%s\a' "$line" "$__ahpty_nonce" "$__ahpty_nonce"
     end
 
     function __ahpty_postexec --on-event fish_postexec
         set -l st $status
         if test "$__ahpty_ran" = 1
-            printf '\e]633;D;%s\a' $st
+            printf '\e]633;D;%s;%s\a' $st "$__ahpty_nonce"
         end
         set -g __ahpty_ran 0
     end

@@ -51,14 +51,14 @@ if [[ -z ${__ahpty_loaded-} && -n ${AHPTY_SI_NONCE-} ]]; then
         local ret=$?
         emulate -L zsh
         if (( __ahpty_ran )); then
-            printf '\e]633;D;%s\a' $__ahpty_status
+            printf '\e]633;D;%s;%s\a' $__ahpty_status $__ahpty_nonce
         fi
         __ahpty_ran=0
         __ahpty_escape $PWD
-        printf '\e]633;P;Cwd=%s\a' $REPLY
+        printf '\e]633;P;Cwd=%s;%s\a' $REPLY $__ahpty_nonce
         # Re-wrap PS1 if a theme rewrote it.
         if [[ $PS1 != $__ahpty_ps1 ]]; then
-            __ahpty_ps1=$'%{\e]633;A\a%}'$PS1$'%{\e]633;B\a%}'
+            __ahpty_ps1=$'%{\e]633;A;'$__ahpty_nonce$'\a%}'$PS1$'%{\e]633;B;'$__ahpty_nonce$'\a%}'
             PS1=$__ahpty_ps1
         fi
         return $ret
@@ -68,7 +68,7 @@ if [[ -z ${__ahpty_loaded-} && -n ${AHPTY_SI_NONCE-} ]]; then
         emulate -L zsh
         __ahpty_ran=1
         __ahpty_escape $1
-        printf '\e]633;E;%s;%s\a\e]633;C\a' $REPLY $__ahpty_nonce
+        printf '\e]633;E;%s;%s\a\e]633;C;%s\a' $REPLY $__ahpty_nonce $__ahpty_nonce
     }
 
     autoload -Uz add-zsh-hook
