@@ -90,12 +90,16 @@ impl Outbox {
     pub fn send(&self, text: impl Into<Utf8Bytes>) {
         let text = text.into();
         let len = text.len();
-        if self.tx.send(Outgoing::Text(text)).is_ok() {
-            let queued = self.shared.queued.fetch_add(len, Ordering::AcqRel) + len;
-            if queued > HIGH_WATERMARK_BYTES {
-                let mut since = lock(&self.shared.congested_since);
-                since.get_or_insert_with(Instant::now);
-            }
+        // Count the bytes before queueing them: the writer may write and report them
+        // (`written`) before `send` returns, which would otherwise underflow the counter.
+        let queued = self.shared.queued.fetch_add(len, Ordering::AcqRel) + len;
+        if self.tx.send(Outgoing::Text(text)).is_err() {
+            self.shared.queued.fetch_sub(len, Ordering::AcqRel);
+            return;
+        }
+        if queued > HIGH_WATERMARK_BYTES {
+            let mut since = lock(&self.shared.congested_since);
+            since.get_or_insert_with(Instant::now);
         }
     }
 
