@@ -1,5 +1,6 @@
 //! Runtime settings of the daemon, filled by the CLI (or by tests) and read everywhere else.
 
+use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -27,11 +28,142 @@ pub const DEFAULT_MAX_TERMINALS: usize = 512;
 /// Default most subscriptions per connection.
 pub const DEFAULT_MAX_SUBSCRIPTIONS: usize = 1024;
 
+/// Default most simultaneous WebSocket connections (all listeners together).
+pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
+
+/// Default time a socket gets to complete the TLS and WebSocket handshakes.
+pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Default silence after which a connection is sent a WebSocket ping.
+pub const DEFAULT_PING_INTERVAL: Duration = Duration::from_secs(30);
+
+/// Default time a pinged connection has to send anything back before it is dropped.
+pub const DEFAULT_PING_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Environment variable holding the connection token (removed from the daemon's environment
+/// at start, so terminals never inherit it).
+pub const TOKEN_ENV: &str = "AHPTY_TOKEN";
+
+/// Shortest accepted configured token, in bytes.
+pub const MIN_TOKEN_LEN: usize = 16;
+
+/// Where the daemon accepts connections.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Listen {
+    /// A TCP address (`host:port`; port 0 picks a free port).
+    Tcp(SocketAddr),
+    /// A Unix domain socket path (`unix:PATH` on the command line).
+    Unix(PathBuf),
+}
+
+impl std::str::FromStr for Listen {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if let Some(path) = s.strip_prefix("unix:") {
+            if path.is_empty() {
+                return Err("unix: needs a path, e.g. unix:/run/user/1000/ahpty/ahpty.sock".into());
+            }
+            return Ok(Listen::Unix(PathBuf::from(path)));
+        }
+        s.parse::<SocketAddr>().map(Listen::Tcp).map_err(|_| {
+            format!("{s:?} is neither host:port (e.g. 127.0.0.1:8765, [::1]:8765) nor unix:PATH")
+        })
+    }
+}
+
+impl fmt::Display for Listen {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Listen::Tcp(addr) => write!(f, "{addr}"),
+            Listen::Unix(path) => write!(f, "unix:{}", path.display()),
+        }
+    }
+}
+
+/// A connection token. Its `Debug` form never shows the value.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Token(String);
+
+impl Token {
+    /// Validates a configured token: at least [`MIN_TOKEN_LEN`] bytes of printable ASCII
+    /// without spaces (so it survives a URL query and an HTTP header unchanged).
+    pub fn new(value: String) -> Result<Token, String> {
+        if value.len() < MIN_TOKEN_LEN {
+            return Err(format!(
+                "the token is too short ({} bytes): use at least {MIN_TOKEN_LEN}, e.g. \
+                 `head -c 32 /dev/urandom | base64 | tr '+/' '-_'`",
+                value.len()
+            ));
+        }
+        if !value.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err("the token must be printable ASCII without spaces".into());
+        }
+        Ok(Token(value))
+    }
+
+    /// A fresh random token: 32 bytes from the kernel's CSPRNG, hex-encoded.
+    pub fn generate() -> std::io::Result<Token> {
+        use std::io::Read;
+        let mut bytes = [0u8; 32];
+        std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+        Ok(Token(bytes.iter().map(|b| format!("{b:02x}")).collect()))
+    }
+
+    /// The secret value (for comparison and for printing the connect URL once).
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Token(<redacted>)")
+    }
+}
+
+/// How TCP peers authenticate. Unix-socket peers never need a token (the socket's file mode
+/// and a peer-uid check restrict them to the daemon's user).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Auth {
+    /// Generate a random token at start and print the connect URL once on stdout (default).
+    Generate,
+    /// A configured token (`--token-file` or `AHPTY_TOKEN`); `source` names where it came from.
+    Token {
+        /// The token.
+        token: Token,
+        /// e.g. `--token-file /path` or `AHPTY_TOKEN`.
+        source: String,
+    },
+    /// No token (`--no-auth`): only allowed when every TCP listener is on loopback.
+    Disabled,
+}
+
+/// Certificate chain and private key (PEM files) for `wss://` on the TCP listeners.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// PEM certificate chain, leaf first.
+    pub cert: PathBuf,
+    /// PEM private key (PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
+}
+
 /// Daemon settings.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// TCP address to listen on (default `127.0.0.1:8765`; port 0 picks a free port).
-    pub listen: SocketAddr,
+    /// Where to listen (default TCP `127.0.0.1:8765`); TCP and Unix listeners may be mixed.
+    pub listen: Vec<Listen>,
+    /// Token authentication on TCP listeners.
+    pub auth: Auth,
+    /// TLS for every TCP listener (`wss://`); `None` = plain `ws://`.
+    pub tls: Option<TlsFiles>,
+    /// Most simultaneous WebSocket connections; upgrades beyond it get HTTP 503.
+    pub max_connections: usize,
+    /// A socket must complete the TLS and WebSocket handshakes within this time.
+    pub handshake_timeout: Duration,
+    /// Send a WebSocket ping after this much silence from the peer; `None` disables pings.
+    pub ping_interval: Option<Duration>,
+    /// A pinged peer that sends nothing back for this long is disconnected.
+    pub ping_timeout: Duration,
     /// Program run in every new terminal.
     pub shell: PathBuf,
     /// Origins allowed on a WebSocket upgrade besides [`VSCODE_DESKTOP_ORIGIN`]; compared
@@ -81,7 +213,13 @@ impl Config {
 impl Default for Config {
     fn default() -> Self {
         Config {
-            listen: SocketAddr::from(([127, 0, 0, 1], 8765)),
+            listen: vec![Listen::Tcp(SocketAddr::from(([127, 0, 0, 1], 8765)))],
+            auth: Auth::Generate,
+            tls: None,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+            ping_interval: Some(DEFAULT_PING_INTERVAL),
+            ping_timeout: DEFAULT_PING_TIMEOUT,
             shell: Config::default_shell(),
             allow_origins: Vec::new(),
             scrollback_bytes: DEFAULT_SCROLLBACK_BYTES,

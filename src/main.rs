@@ -1,14 +1,13 @@
 //! The `ahpty` command line: parse arguments, set up logging, run the daemon.
 
-use std::io::IsTerminal;
-use std::net::SocketAddr;
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use ahpty::config::{
-    Config, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_SUBSCRIPTIONS, DEFAULT_MAX_TERMINALS,
-    DEFAULT_SCROLLBACK_BYTES,
+    Auth, Config, Listen, TlsFiles, Token, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_MESSAGE_BYTES,
+    DEFAULT_MAX_SUBSCRIPTIONS, DEFAULT_MAX_TERMINALS, DEFAULT_SCROLLBACK_BYTES, TOKEN_ENV,
 };
 use ahpty::host::history::DEFAULT_TERMINAL_HISTORY_BYTES;
 use clap::{Parser, Subcommand};
@@ -33,9 +32,35 @@ enum Command {
 
 #[derive(clap::Args)]
 struct ServeArgs {
-    /// Address to listen on (host:port; port 0 picks a free port).
-    #[arg(long, default_value = "127.0.0.1:8765")]
-    listen: SocketAddr,
+    /// Where to listen (repeatable): host:port (port 0 picks a free port) or unix:PATH.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8765")]
+    listen: Vec<Listen>,
+    /// Read the token TCP peers must present from this file (else $AHPTY_TOKEN, else a
+    /// random token is generated and the connect URL printed on stdout).
+    #[arg(long, value_name = "PATH", conflicts_with = "no_auth")]
+    token_file: Option<PathBuf>,
+    /// Accept TCP peers without a token (development only; refused unless every TCP
+    /// listener is on loopback).
+    #[arg(long)]
+    no_auth: bool,
+    /// PEM certificate chain: serve wss:// on the TCP listeners (needs --tls-key).
+    #[arg(long, value_name = "PATH", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key for --tls-cert.
+    #[arg(long, value_name = "PATH", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Most simultaneous WebSocket connections (more get HTTP 503).
+    #[arg(long, default_value_t = DEFAULT_MAX_CONNECTIONS, value_name = "N")]
+    max_connections: usize,
+    /// Time a socket gets to complete the (TLS and) WebSocket handshake.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    handshake_timeout: Duration,
+    /// Send a WebSocket ping after this much silence from a peer; `0` disables pings.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    ping_interval: Duration,
+    /// Drop a pinged peer that sends nothing back for this long.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    ping_timeout: Duration,
     /// Program to run in each terminal [default: $SHELL, else /bin/bash, else /bin/sh].
     #[arg(long, overrides_with = "shell")]
     shell: Option<PathBuf>,
@@ -74,6 +99,10 @@ struct ServeArgs {
 }
 
 fn main() -> ExitCode {
+    // Take the token out of the environment before any thread or terminal exists, so no child
+    // process ever inherits it.
+    let env_token = std::env::var(TOKEN_ENV).ok();
+    std::env::remove_var(TOKEN_ENV);
     let cli = Cli::parse();
     let default_level = match cli.verbose {
         0 => "info",
@@ -93,8 +122,26 @@ fn main() -> ExitCode {
         eprintln!("ahpty: --shell {}: not an executable file", shell.display());
         return ExitCode::from(1);
     }
+    let auth = match resolve_auth(args.no_auth, args.token_file.as_deref(), env_token) {
+        Ok(auth) => auth,
+        Err(e) => {
+            eprintln!("ahpty: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let tls = match (args.tls_cert, args.tls_key) {
+        (Some(cert), Some(key)) => Some(TlsFiles { cert, key }),
+        _ => None,
+    };
     let config = Config {
         listen: args.listen,
+        auth,
+        tls,
+        max_connections: args.max_connections.max(1),
+        handshake_timeout: args.handshake_timeout.max(Duration::from_millis(100)),
+        ping_interval: (!args.ping_interval.is_zero())
+            .then(|| args.ping_interval.max(Duration::from_millis(100))),
+        ping_timeout: args.ping_timeout.max(Duration::from_millis(100)),
         shell,
         allow_origins: args.allow_origin,
         scrollback_bytes: args.scrollback_bytes.max(1024),
@@ -118,8 +165,17 @@ fn main() -> ExitCode {
         }
     };
     let result = runtime.block_on(async {
+        let shutdown = shutdown_signal();
         let server = ahpty::Server::bind(&config).await?;
-        server.run(shutdown_signal()).await;
+        // The connect URL(s), once, on stdout (never in the log): VS Code's SSH flow scrapes
+        // `ws://127.0.0.1:PORT?tkn=TOKEN` from here.
+        let mut out = std::io::stdout().lock();
+        for url in server.connect_urls() {
+            let _ = writeln!(out, "{url}");
+        }
+        let _ = out.flush();
+        drop(out);
+        server.run(shutdown).await;
         Ok::<_, std::io::Error>(())
     });
     match result {
@@ -131,18 +187,69 @@ fn main() -> ExitCode {
     }
 }
 
-/// Completes on SIGINT or SIGTERM.
-async fn shutdown_signal() {
+/// The authentication mode from `--no-auth`, `--token-file` and `$AHPTY_TOKEN` (in this order
+/// of precedence; `--no-auth` with a configured token is a contradiction and refused).
+fn resolve_auth(
+    no_auth: bool,
+    token_file: Option<&std::path::Path>,
+    env_token: Option<String>,
+) -> Result<Auth, String> {
+    let env_token = env_token.filter(|t| !t.trim().is_empty());
+    if no_auth {
+        if env_token.is_some() {
+            return Err(format!(
+                "--no-auth contradicts ${TOKEN_ENV}, which is set: unset one of them"
+            ));
+        }
+        return Ok(Auth::Disabled);
+    }
+    if let Some(path) = token_file {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("--token-file {}: {e}", path.display()))?;
+        let token = Token::new(text.trim().to_string())
+            .map_err(|e| format!("--token-file {}: {e}", path.display()))?;
+        use std::os::unix::fs::PermissionsExt;
+        if let Ok(meta) = std::fs::metadata(path) {
+            if meta.permissions().mode() & 0o077 != 0 {
+                tracing::warn!(
+                    "--token-file {} is readable by other users (chmod 600 it)",
+                    path.display()
+                );
+            }
+        }
+        return Ok(Auth::Token {
+            token,
+            source: format!("--token-file {}", path.display()),
+        });
+    }
+    if let Some(value) = env_token {
+        let token =
+            Token::new(value.trim().to_string()).map_err(|e| format!("${TOKEN_ENV}: {e}"))?;
+        return Ok(Auth::Token {
+            token,
+            source: format!("${TOKEN_ENV}"),
+        });
+    }
+    Ok(Auth::Generate)
+}
+
+/// Completes on SIGINT or SIGTERM. The handlers are installed when this is called (before
+/// the listeners are announced), not when the future is first polled, so a signal sent right
+/// after `listening on …` still stops the daemon cleanly.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut int), Ok(mut term)) = (
+    let handlers = (
         signal(SignalKind::interrupt()),
         signal(SignalKind::terminate()),
-    ) else {
-        // Without signal handlers, run until killed.
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = int.recv() => tracing::info!("SIGINT received"),
-        _ = term.recv() => tracing::info!("SIGTERM received"),
+    );
+    async move {
+        let (Ok(mut int), Ok(mut term)) = handlers else {
+            // Without signal handlers, run until killed.
+            return std::future::pending().await;
+        };
+        tokio::select! {
+            _ = int.recv() => tracing::info!("SIGINT received"),
+            _ = term.recv() => tracing::info!("SIGTERM received"),
+        }
     }
 }

@@ -1,64 +1,187 @@
-//! One WebSocket connection: upgrade (with the [`UpgradePolicy`] checks), then a reader loop
-//! feeding frames to the connection's [`RpcConnection`] and a writer task draining its
-//! outbox onto the socket. One JSON-RPC message per frame; binary frames holding UTF-8 JSON
-//! are accepted, only text frames are sent. Nothing a peer sends can affect another
-//! connection: errors end this connection only.
+//! One connection: (TLS, then) the WebSocket upgrade with the [`UpgradePolicy`] checks and the
+//! connection limit, then a reader loop feeding frames to the connection's [`RpcConnection`]
+//! and a writer task draining its outbox onto the socket and pinging a silent peer. One
+//! JSON-RPC message per frame; binary frames holding UTF-8 JSON are accepted, only text frames
+//! are sent. Nothing a peer sends can affect another connection: errors end this connection
+//! only.
 
+use std::fmt;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::stream::SplitSink;
 use futures_util::{SinkExt, StreamExt};
-use tokio::net::TcpStream;
+use http::StatusCode;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpStream, UnixStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+use tokio_rustls::TlsAcceptor;
 use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 
-use super::upgrade::UpgradePolicy;
+use super::auth::redacted_target;
+use super::upgrade::{Refusal, UpgradePolicy};
+use crate::config::Config;
 use crate::host::{Host, OutboxReceiver, Outgoing};
 use crate::rpc::error::RpcError;
 use crate::rpc::{frame, Flow, RpcConnection};
 
-/// A socket must complete the WebSocket upgrade within this time.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default time a socket gets to complete the WebSocket upgrade
+/// ([`Config::handshake_timeout`] overrides it).
+pub const HANDSHAKE_TIMEOUT: Duration = crate::config::DEFAULT_HANDSHAKE_TIMEOUT;
 
 /// How long to wait for the peer after sending a close frame.
 const CLOSE_LINGER: Duration = Duration::from_secs(1);
 
-type Sink = SplitSink<WebSocketStream<TcpStream>, Message>;
+/// Close code sent to a peer that did not answer a ping in time.
+pub const PING_TIMEOUT_CLOSE_CODE: u16 = 1001;
 
-/// Serves one accepted TCP connection until either side closes it.
-// The handshake callback's error type is fixed by tungstenite.
-#[allow(clippy::result_large_err)]
-pub async fn handle(
+type Sink<S> = SplitSink<WebSocketStream<S>, Message>;
+
+/// Who is on the other end, for logs.
+#[derive(Debug, Clone, Copy)]
+pub enum Peer {
+    /// A TCP peer.
+    Tcp(SocketAddr),
+    /// A Unix-socket peer, with its uid.
+    Unix(Option<u32>),
+}
+
+impl fmt::Display for Peer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Peer::Tcp(addr) => write!(f, "{addr}"),
+            Peer::Unix(Some(uid)) => write!(f, "unix(uid {uid})"),
+            Peer::Unix(None) => write!(f, "unix(uid ?)"),
+        }
+    }
+}
+
+/// What every connection of a server shares.
+pub struct Context {
+    /// The shared host.
+    pub host: Arc<Host>,
+    /// One permit per open WebSocket connection ([`Config::max_connections`]).
+    pub slots: Arc<Semaphore>,
+    /// Largest incoming message and frame.
+    pub max_message_bytes: usize,
+    /// Time from accept to a completed (TLS and) WebSocket handshake.
+    pub handshake_timeout: Duration,
+    /// `(interval, timeout)` of WebSocket pings; `None` disables them.
+    pub ping: Option<(Duration, Duration)>,
+}
+
+impl Context {
+    /// The limits of `config`, for connections to `host`.
+    pub fn new(host: Arc<Host>, config: &Config) -> Context {
+        Context {
+            host,
+            slots: Arc::new(Semaphore::new(config.max_connections)),
+            max_message_bytes: config.max_message_bytes,
+            handshake_timeout: config.handshake_timeout,
+            ping: config.ping_interval.map(|i| (i, config.ping_timeout)),
+        }
+    }
+}
+
+/// Serves one accepted TCP connection, doing the TLS handshake first if `tls` is set.
+pub async fn handle_tcp(
     stream: TcpStream,
     peer: SocketAddr,
-    host: Arc<Host>,
+    ctx: Arc<Context>,
     policy: Arc<UpgradePolicy>,
-    max_message_bytes: usize,
+    tls: Option<TlsAcceptor>,
+    pending: OwnedSemaphorePermit,
 ) {
     let _ = stream.set_nodelay(true);
+    let peer = Peer::Tcp(peer);
+    let deadline = Instant::now() + ctx.handshake_timeout;
+    match tls {
+        None => serve(stream, peer, ctx, policy, deadline, pending).await,
+        Some(acceptor) => match tokio::time::timeout_at(deadline, acceptor.accept(stream)).await {
+            Ok(Ok(stream)) => serve(stream, peer, ctx, policy, deadline, pending).await,
+            Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+            Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+        },
+    }
+}
+
+/// Serves one accepted Unix-socket connection (the caller checked the peer's uid).
+pub async fn handle_unix(
+    stream: UnixStream,
+    uid: Option<u32>,
+    ctx: Arc<Context>,
+    policy: Arc<UpgradePolicy>,
+    pending: OwnedSemaphorePermit,
+) {
+    let deadline = Instant::now() + ctx.handshake_timeout;
+    serve(stream, Peer::Unix(uid), ctx, policy, deadline, pending).await
+}
+
+/// Upgrades `stream` (by `deadline`) and serves it until either side closes it. `pending` (a
+/// slot among the handshakes in progress) is released once the upgrade is over.
+// The handshake callback's error type is fixed by tungstenite.
+#[allow(clippy::result_large_err)]
+pub async fn serve<S>(
+    stream: S,
+    peer: Peer,
+    ctx: Arc<Context>,
+    policy: Arc<UpgradePolicy>,
+    deadline: Instant,
+    pending: OwnedSemaphorePermit,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let config = WebSocketConfig::default()
-        .max_message_size(Some(max_message_bytes))
-        .max_frame_size(Some(max_message_bytes));
-    let callback = |request: &Request, response: Response| -> Result<Response, ErrorResponse> {
-        match policy.check(request) {
-            Ok(()) => Ok(response),
-            Err(reason) => {
-                tracing::warn!(%peer, %reason, "WebSocket upgrade refused");
-                Err(UpgradePolicy::refusal(&reason))
+        .max_message_size(Some(ctx.max_message_bytes))
+        .max_frame_size(Some(ctx.max_message_bytes));
+    let mut slot: Option<OwnedSemaphorePermit> = None;
+    let slots = ctx.slots.clone();
+    let slot_ref = &mut slot;
+    let callback = move |request: &Request,
+                         response: Response|
+          -> Result<Response, ErrorResponse> {
+        let target = redacted_target(request);
+        if let Err(refusal) = policy.check(request) {
+            tracing::warn!(
+                %peer,
+                %target,
+                status = refusal.status.as_u16(),
+                reason = %refusal.reason,
+                "WebSocket upgrade refused"
+            );
+            return Err(refusal.response());
+        }
+        match slots.try_acquire_owned() {
+            Ok(permit) => {
+                *slot_ref = Some(permit);
+                Ok(response)
+            }
+            Err(_) => {
+                let refusal = Refusal {
+                    status: StatusCode::SERVICE_UNAVAILABLE,
+                    reason: "too many connections (--max-connections); try again later".into(),
+                };
+                tracing::warn!(%peer, %target, "WebSocket upgrade refused: too many connections");
+                Err(refusal.response())
             }
         }
     };
-    let ws = match tokio::time::timeout(
-        HANDSHAKE_TIMEOUT,
-        tokio_tungstenite::accept_hdr_async_with_config(stream, callback, Some(config)),
-    )
-    .await
-    {
+    let accepted = tokio::time::timeout_at(deadline, async move {
+        let stream = super::prefixed::fix_request_line(stream)
+            .await
+            .map_err(tokio_tungstenite::tungstenite::Error::Io)?;
+        tokio_tungstenite::accept_hdr_async_with_config(stream, callback, Some(config)).await
+    })
+    .await;
+    drop(pending);
+    let ws = match accepted {
         Ok(Ok(ws)) => ws,
         Ok(Err(e)) => {
             tracing::debug!(%peer, error = %e, "WebSocket handshake failed");
@@ -69,16 +192,63 @@ pub async fn handle(
             return;
         }
     };
+    let Some(_slot) = slot else {
+        return;
+    };
+    run(ws, peer, ctx).await;
+}
+
+/// When the peer was last heard from, shared by the reader (which records it) and the writer
+/// (which pings a silent peer and gives up on a dead one).
+struct Liveness {
+    base: Instant,
+    /// Milliseconds since `base` at the last frame received.
+    last_rx_ms: AtomicU64,
+}
+
+impl Liveness {
+    fn new() -> Liveness {
+        Liveness {
+            base: Instant::now(),
+            last_rx_ms: AtomicU64::new(0),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.base.elapsed().as_millis() as u64
+    }
+
+    fn touch(&self) {
+        self.last_rx_ms.store(self.now_ms(), Ordering::Release);
+    }
+
+    fn last_rx_ms(&self) -> u64 {
+        self.last_rx_ms.load(Ordering::Acquire)
+    }
+
+    fn at(&self, ms: u64) -> Instant {
+        self.base + Duration::from_millis(ms)
+    }
+}
+
+async fn run<S>(ws: WebSocketStream<S>, peer: Peer, ctx: Arc<Context>)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let (sink, mut source) = ws.split();
-    let (outbox, outbox_rx) = host.new_outbox();
-    let mut rpc = RpcConnection::new(host, outbox.clone());
+    let (outbox, outbox_rx) = ctx.host.new_outbox();
+    let mut rpc = RpcConnection::new(ctx.host.clone(), outbox.clone());
     let conn = rpc.id();
     tracing::debug!(%peer, conn, "connection open");
-    let mut writer = tokio::spawn(write_loop(sink, outbox_rx));
+    let live = Arc::new(Liveness::new());
+    let mut writer = tokio::spawn(write_loop(sink, outbox_rx, live.clone(), ctx.ping, peer));
     let mut writer_done = false;
     loop {
         tokio::select! {
             message = source.next() => {
+                if let Some(Ok(_)) = &message {
+                    live.touch();
+                }
                 let flow = match message {
                     Some(Ok(Message::Text(text))) => rpc.handle_text(text.as_str()).await,
                     Some(Ok(Message::Binary(bytes))) => match std::str::from_utf8(&bytes) {
@@ -131,10 +301,18 @@ pub async fn handle(
     tracing::debug!(%peer, conn, "connection closed");
 }
 
-async fn write_loop(mut sink: Sink, mut rx: OutboxReceiver) {
+async fn write_loop<S>(
+    mut sink: Sink<S>,
+    mut rx: OutboxReceiver,
+    live: Arc<Liveness>,
+    ping: Option<(Duration, Duration)>,
+    peer: Peer,
+) where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
     let kill = rx.kill_signal();
     let close = tokio::select! {
-        close = write_queue(&mut sink, &mut rx) => close,
+        close = write_queue(&mut sink, &mut rx, &live, ping, peer) => close,
         killed = kill.killed() => Some(killed),
     };
     if let Some((code, reason)) = close {
@@ -143,12 +321,62 @@ async fn write_loop(mut sink: Sink, mut rx: OutboxReceiver) {
     }
 }
 
-/// Writes queued messages until a close is requested (returned) or the socket fails (`None`).
-/// Whatever is already queued is sent in one batch before a flush, and reported to the outbox
-/// as written once flushed.
-async fn write_queue(sink: &mut Sink, rx: &mut OutboxReceiver) -> Option<(u16, String)> {
+/// Writes queued messages until a close is requested (returned), the peer is found dead (a
+/// close is returned) or the socket fails (`None`). Whatever is already queued is sent in one
+/// batch before a flush, and reported to the outbox as written once flushed. With `ping`
+/// = `(interval, timeout)`, a peer silent for `interval` is sent a WebSocket ping (measured
+/// from when the ping was flushed), and one that then stays silent for `timeout` is dropped.
+async fn write_queue<S>(
+    sink: &mut Sink<S>,
+    rx: &mut OutboxReceiver,
+    live: &Liveness,
+    ping: Option<(Duration, Duration)>,
+    peer: Peer,
+) -> Option<(u16, String)>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    // When the outstanding ping was flushed (ms since `live.base`).
+    let mut pinged_ms: Option<u64> = None;
     loop {
-        let first = rx.recv().await?;
+        let first = match ping {
+            None => rx.recv().await?,
+            Some((interval, timeout)) => {
+                let last = live.last_rx_ms();
+                let unanswered = pinged_ms.filter(|&p| last < p);
+                let wake = match unanswered {
+                    Some(p) => live.at(p) + timeout,
+                    None => live.at(last) + interval,
+                };
+                tokio::select! {
+                    out = rx.recv() => out?,
+                    _ = tokio::time::sleep_until(wake) => {
+                        let last = live.last_rx_ms();
+                        let now = live.now_ms();
+                        match pinged_ms.filter(|&p| last < p) {
+                            Some(p) => {
+                                if now >= p + timeout.as_millis() as u64 {
+                                    tracing::info!(%peer, "peer did not answer a ping; closing");
+                                    return Some((
+                                        PING_TIMEOUT_CLOSE_CODE,
+                                        "no answer to ping".into(),
+                                    ));
+                                }
+                            }
+                            None => {
+                                if now >= last + interval.as_millis() as u64 {
+                                    if sink.send(Message::Ping(Default::default())).await.is_err() {
+                                        return None;
+                                    }
+                                    pinged_ms = Some(live.now_ms());
+                                }
+                            }
+                        }
+                        continue;
+                    }
+                }
+            }
+        };
         let mut batch_bytes = 0;
         let mut next = Some(first);
         let mut closing = None;
@@ -177,7 +405,10 @@ async fn write_queue(sink: &mut Sink, rx: &mut OutboxReceiver) -> Option<(u16, S
     }
 }
 
-async fn send_close(sink: &mut Sink, code: u16, mut reason: String) {
+async fn send_close<S>(sink: &mut Sink<S>, code: u16, mut reason: String)
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
     // A close reason is limited to 123 bytes on the wire.
     while reason.len() > 123 {
         reason.pop();

@@ -1,59 +1,205 @@
-//! The network face: a TCP listener, the WebSocket upgrade (with the [`upgrade`] checks), and
-//! one task per connection ([`connection`]). Owns no AHP state: every connection talks to the
-//! shared [`Host`]. On shutdown it disposes every terminal and closes every connection with a
-//! WebSocket close frame (1001).
+//! The network face: TCP listeners (plain or TLS, token-authenticated by default) and Unix
+//! socket listeners, the WebSocket upgrade (with the [`upgrade`] checks), and one task per
+//! connection ([`connection`]). Owns no AHP state: every connection talks to the shared
+//! [`Host`]. On shutdown it disposes every terminal, closes every connection with a WebSocket
+//! close frame (1001) and removes its Unix socket files.
+//!
+//! Security decisions live in [`auth`] (token, start-up checks), [`upgrade`] (Origin, Host),
+//! [`unix`] (socket file, peer uid) and [`tls`]; docs/security.md explains them.
 
+pub mod auth;
 pub mod connection;
+pub mod prefixed;
+pub mod tls;
+pub mod unix;
 pub mod upgrade;
 
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream, UnixStream};
+use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
+use tokio_rustls::TlsAcceptor;
 
-use crate::config::Config;
+use crate::config::{Auth, Config, Listen, Token};
 use crate::host::Host;
+use connection::Context;
+use unix::UnixSocket;
 use upgrade::UpgradePolicy;
 
 /// How long connections get to flush their close frame at shutdown.
 const SHUTDOWN_FLUSH: Duration = Duration::from_secs(2);
 
+/// Most sockets at once between accept and a completed upgrade; sockets beyond it are closed at
+/// once (a flood of silent connections cannot exhaust file descriptors).
+pub const MAX_PENDING_HANDSHAKES: usize = 128;
+
+enum Listener {
+    Tcp {
+        listener: TcpListener,
+        addr: SocketAddr,
+        tls: Option<TlsAcceptor>,
+        policy: Arc<UpgradePolicy>,
+    },
+    Unix {
+        socket: UnixSocket,
+        policy: Arc<UpgradePolicy>,
+    },
+}
+
+enum Accepted {
+    Tcp(TcpStream, SocketAddr),
+    Unix(UnixStream, Option<u32>),
+}
+
+impl Listener {
+    async fn accept(&self) -> io::Result<Accepted> {
+        match self {
+            Listener::Tcp { listener, .. } => {
+                let (s, peer) = listener.accept().await?;
+                Ok(Accepted::Tcp(s, peer))
+            }
+            Listener::Unix { socket, .. } => {
+                let (s, uid) = socket.accept().await?;
+                Ok(Accepted::Unix(s, uid))
+            }
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Listener::Tcp { addr, tls, .. } => {
+                format!("{}://{addr}", if tls.is_some() { "wss" } else { "ws" })
+            }
+            Listener::Unix { socket, .. } => format!("unix:{}", socket.path().display()),
+        }
+    }
+}
+
 /// A bound, not yet running, daemon.
 pub struct Server {
-    listener: TcpListener,
-    local_addr: SocketAddr,
+    listeners: Vec<Listener>,
     host: Arc<Host>,
-    policy: Arc<UpgradePolicy>,
-    max_message_bytes: usize,
+    ctx: Arc<Context>,
+    token: Option<Token>,
+    generated_token: bool,
 }
 
 impl Server {
-    /// Binds the listener. Errors: the address is in use or cannot be bound; the message
-    /// names the address.
+    /// Checks the security settings ([`auth::check_config`]; its warnings are logged), loads
+    /// TLS, resolves the token (generating one for [`Auth::Generate`]) and binds every
+    /// listener. Errors name the listener or file at fault.
     pub async fn bind(config: &Config) -> io::Result<Server> {
-        let listener = TcpListener::bind(config.listen).await.map_err(|e| {
-            io::Error::new(
-                e.kind(),
-                format!("cannot listen on {}: {}", config.listen, describe(&e)),
-            )
-        })?;
-        let local_addr = listener.local_addr()?;
+        let warnings = auth::check_config(config)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        for w in warnings {
+            tracing::warn!("{w}");
+        }
+        let tls = config.tls.as_ref().map(tls::acceptor).transpose()?;
+        let (token, generated_token) = match &config.auth {
+            Auth::Disabled => (None, false),
+            Auth::Generate => (
+                Some(Token::generate().map_err(|e| {
+                    io::Error::new(e.kind(), format!("cannot generate a token: {e}"))
+                })?),
+                true,
+            ),
+            Auth::Token { token, .. } => (Some(token.clone()), false),
+        };
+        let mut listeners = Vec::new();
+        for listen in &config.listen {
+            match listen {
+                Listen::Tcp(addr) => {
+                    let listener = TcpListener::bind(addr).await.map_err(|e| {
+                        io::Error::new(
+                            e.kind(),
+                            format!("cannot listen on {addr}: {}", describe(&e)),
+                        )
+                    })?;
+                    let addr = listener.local_addr()?;
+                    let policy = UpgradePolicy::new(
+                        &config.allow_origins,
+                        addr.ip().is_loopback(),
+                        token.clone(),
+                    );
+                    listeners.push(Listener::Tcp {
+                        listener,
+                        addr,
+                        tls: tls.clone(),
+                        policy: Arc::new(policy),
+                    });
+                }
+                Listen::Unix(path) => {
+                    let socket = UnixSocket::bind(path).map_err(|e| {
+                        io::Error::new(
+                            e.kind(),
+                            format!("cannot listen on unix:{}: {e}", path.display()),
+                        )
+                    })?;
+                    // Unix peers are the daemon's own user: no token. The Host check stays on
+                    // because a `ssh -L PORT:SOCKET` forward makes the socket a local TCP port.
+                    let policy = UpgradePolicy::new(&config.allow_origins, true, None);
+                    listeners.push(Listener::Unix {
+                        socket,
+                        policy: Arc::new(policy),
+                    });
+                }
+            }
+        }
+        let host = Host::new(config);
         Ok(Server {
-            listener,
-            local_addr,
-            host: Host::new(config),
-            policy: Arc::new(UpgradePolicy::new(&config.allow_origins, &local_addr)),
-            max_message_bytes: config.max_message_bytes,
+            listeners,
+            ctx: Arc::new(Context::new(host.clone(), config)),
+            host,
+            token,
+            generated_token,
         })
     }
 
-    /// The address actually bound (useful with port 0).
-    pub fn local_addr(&self) -> SocketAddr {
-        self.local_addr
+    /// The first TCP address actually bound (useful with port 0), if there is a TCP listener.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.tcp_addrs().into_iter().next()
+    }
+
+    /// Every TCP address bound.
+    pub fn tcp_addrs(&self) -> Vec<SocketAddr> {
+        self.listeners
+            .iter()
+            .filter_map(|l| match l {
+                Listener::Tcp { addr, .. } => Some(*addr),
+                Listener::Unix { .. } => None,
+            })
+            .collect()
+    }
+
+    /// The token TCP peers must present (`None` with `--no-auth`).
+    pub fn token(&self) -> Option<&Token> {
+        self.token.as_ref()
+    }
+
+    /// Whether the token was generated at start (and so must be shown to the user once).
+    pub fn token_generated(&self) -> bool {
+        self.generated_token
+    }
+
+    /// One connect URL per TCP listener, `ws://ADDR?tkn=TOKEN` (no `/` before `?`, the form
+    /// VS Code scrapes) when the token was generated, else `ws://ADDR` (`wss://` with TLS).
+    pub fn connect_urls(&self) -> Vec<String> {
+        self.listeners
+            .iter()
+            .filter_map(|l| match l {
+                Listener::Tcp { .. } => Some(match (&self.token, self.generated_token) {
+                    (Some(t), true) => format!("{}?tkn={}", l.describe(), t.expose()),
+                    _ => l.describe(),
+                }),
+                Listener::Unix { .. } => None,
+            })
+            .collect()
     }
 
     /// The shared host.
@@ -62,22 +208,70 @@ impl Server {
     }
 
     /// Accepts connections until `shutdown` completes, then disposes every terminal (process
-    /// groups killed) and closes every connection with code 1001.
+    /// groups killed), closes every connection with code 1001 and removes socket files.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
-        tracing::info!("listening on ws://{}", self.local_addr);
+        for l in &self.listeners {
+            // Tests and scripts parse `listening on ws://ADDR`: keep this format.
+            tracing::info!("listening on {}", l.describe());
+        }
+        match (&self.token, self.generated_token) {
+            (None, _) => {}
+            (Some(_), true) => tracing::info!(
+                "TCP peers need the token generated at start (connect URL printed on stdout)"
+            ),
+            (Some(_), false) => tracing::info!("TCP peers need the configured token"),
+        }
         let reaper = tokio::spawn(self.host.clone().reap_orphans());
         let stall_watch = tokio::spawn(self.host.clone().watch_stalls());
+        let pending = Arc::new(Semaphore::new(MAX_PENDING_HANDSHAKES));
         let mut connections = JoinSet::new();
         tokio::pin!(shutdown);
         loop {
+            let accepts = self.listeners.iter().enumerate().map(|(i, l)| {
+                Box::pin(async move { (i, l.accept().await) })
+                    as Pin<Box<dyn Future<Output = (usize, io::Result<Accepted>)> + Send + '_>>
+            });
+            let any_accept = futures_util::future::select_all(accepts);
             tokio::select! {
                 _ = &mut shutdown => break,
-                accepted = self.listener.accept() => match accepted {
-                    Ok((stream, peer)) => {
-                        let host = self.host.clone();
-                        let policy = self.policy.clone();
-                        let max = self.max_message_bytes;
-                        connections.spawn(connection::handle(stream, peer, host, policy, max));
+                ((i, accepted), _, _) = any_accept => match accepted {
+                    Ok(accepted) => {
+                        let Ok(permit) = pending.clone().try_acquire_owned() else {
+                            tracing::warn!(
+                                "too many handshakes in progress; closing a new connection"
+                            );
+                            continue;
+                        };
+                        let ctx = self.ctx.clone();
+                        match (accepted, &self.listeners[i]) {
+                            (Accepted::Tcp(stream, peer), Listener::Tcp { tls, policy, .. }) => {
+                                connections.spawn(connection::handle_tcp(
+                                    stream,
+                                    peer,
+                                    ctx,
+                                    policy.clone(),
+                                    tls.clone(),
+                                    permit,
+                                ));
+                            }
+                            (Accepted::Unix(stream, uid), Listener::Unix { policy, .. }) => {
+                                if !unix::peer_allowed(uid) {
+                                    tracing::warn!(
+                                        uid = ?uid,
+                                        "Unix socket peer runs as another user; refused"
+                                    );
+                                    continue;
+                                }
+                                connections.spawn(connection::handle_unix(
+                                    stream,
+                                    uid,
+                                    ctx,
+                                    policy.clone(),
+                                    permit,
+                                ));
+                            }
+                            _ => {}
+                        }
                     }
                     Err(e) => {
                         // Out of file descriptors and similar: keep serving the others.
@@ -89,7 +283,8 @@ impl Server {
             }
         }
         tracing::info!("shutting down");
-        drop(self.listener);
+        // Dropping the listeners removes the Unix socket files.
+        drop(self.listeners);
         reaper.abort();
         stall_watch.abort();
         self.host.shutdown().await;
@@ -104,7 +299,8 @@ impl Server {
     }
 }
 
-/// Binds `config.listen`, logs `listening on ws://ADDR` and serves until `shutdown`.
+/// Binds every listener of `config`, logs `listening on ws://ADDR` and serves until
+/// `shutdown`. With a generated token nobody learns it: use [`Server`] to read it.
 pub async fn serve(config: &Config, shutdown: impl Future<Output = ()>) -> io::Result<()> {
     let server = Server::bind(config).await?;
     server.run(shutdown).await;

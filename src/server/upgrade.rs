@@ -1,4 +1,5 @@
-//! Checks on the HTTP upgrade request, before any AHP traffic: cross-site protection.
+//! Checks on the HTTP upgrade request, before any AHP traffic and before any pty exists:
+//! cross-site protection (403) and the token (401, see [`super::auth`]).
 //!
 //! A browser page can open a WebSocket to localhost; these checks stop it (notes §2, §13):
 //! - an `Origin` header not in the allow-list → 403 (VS Code desktop's
@@ -7,26 +8,62 @@
 //! - when bound to loopback, a `Host` header that is not a loopback name or address → 403
 //!   (DNS rebinding).
 //!
-//! Pure: reads headers, touches no state.
+//! - on TCP listeners with authentication, a request without the token → 401.
+//!
+//! Order: Origin, Host, token. Pure: reads headers, touches no state.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 
 use http::StatusCode;
 use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request};
 
-use crate::config::VSCODE_DESKTOP_ORIGIN;
+use super::auth;
+use crate::config::{Token, VSCODE_DESKTOP_ORIGIN};
 
 /// What the upgrade request must satisfy.
 #[derive(Debug, Clone)]
 pub struct UpgradePolicy {
     allowed_origins: Vec<String>,
     check_host: bool,
+    token: Option<Token>,
+}
+
+/// Why an upgrade is refused, and with which HTTP status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// 403 (Origin/Host), 401 (token) or 503 (too many connections).
+    pub status: StatusCode,
+    /// One line for the peer and the log; never holds a token.
+    pub reason: String,
+}
+
+impl Refusal {
+    /// A 403 refusal.
+    pub fn forbidden(reason: impl Into<String>) -> Refusal {
+        Refusal {
+            status: StatusCode::FORBIDDEN,
+            reason: reason.into(),
+        }
+    }
+
+    /// The HTTP answer for this refusal (401 carries `WWW-Authenticate: Bearer`).
+    pub fn response(&self) -> ErrorResponse {
+        let mut response = ErrorResponse::new(Some(format!("{}\n", self.reason)));
+        *response.status_mut() = self.status;
+        if self.status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(
+                http::header::WWW_AUTHENTICATE,
+                http::HeaderValue::from_static("Bearer realm=\"ahpty\""),
+            );
+        }
+        response
+    }
 }
 
 impl UpgradePolicy {
-    /// Allows [`VSCODE_DESKTOP_ORIGIN`] plus `extra_origins`; checks `Host` when `listen` is a
-    /// loopback address.
-    pub fn new(extra_origins: &[String], listen: &SocketAddr) -> Self {
+    /// Allows [`VSCODE_DESKTOP_ORIGIN`] plus `extra_origins`; checks `Host` when `check_host`
+    /// (loopback TCP listeners and Unix sockets); requires `token` when given.
+    pub fn new(extra_origins: &[String], check_host: bool, token: Option<Token>) -> Self {
         let mut allowed_origins = vec![VSCODE_DESKTOP_ORIGIN.to_string()];
         allowed_origins.extend(
             extra_origins
@@ -35,41 +72,48 @@ impl UpgradePolicy {
         );
         UpgradePolicy {
             allowed_origins,
-            check_host: listen.ip().is_loopback(),
+            check_host,
+            token,
         }
     }
 
-    /// `Ok` to accept the upgrade, or the reason to refuse it with 403.
-    pub fn check(&self, request: &Request) -> Result<(), String> {
+    /// Whether a token is required.
+    pub fn requires_token(&self) -> bool {
+        self.token.is_some()
+    }
+
+    /// `Ok` to accept the upgrade, or the refusal.
+    pub fn check(&self, request: &Request) -> Result<(), Refusal> {
         if let Some(origin) = request.headers().get(http::header::ORIGIN) {
             let origin = origin
                 .to_str()
-                .map_err(|_| "Origin header is not valid text".to_string())?;
+                .map_err(|_| Refusal::forbidden("Origin header is not valid text"))?;
             let normalized = origin.trim_end_matches('/').to_ascii_lowercase();
             if !self.allowed_origins.contains(&normalized) {
-                return Err(format!(
+                return Err(Refusal::forbidden(format!(
                     "Origin {origin:?} is not allowed (allow it with --allow-origin)"
-                ));
+                )));
             }
         }
         if self.check_host {
             if let Some(host) = request.headers().get(http::header::HOST) {
                 let host = host
                     .to_str()
-                    .map_err(|_| "Host header is not valid text".to_string())?;
+                    .map_err(|_| Refusal::forbidden("Host header is not valid text"))?;
                 if !is_loopback_host(host) {
-                    return Err(format!("Host {host:?} is not a loopback name or address"));
+                    return Err(Refusal::forbidden(format!(
+                        "Host {host:?} is not a loopback name or address"
+                    )));
                 }
             }
         }
+        if let Some(token) = &self.token {
+            auth::check_token(token, request).map_err(|f| Refusal {
+                status: StatusCode::UNAUTHORIZED,
+                reason: f.reason().to_string(),
+            })?;
+        }
         Ok(())
-    }
-
-    /// The 403 answer for a refused upgrade.
-    pub fn refusal(reason: &str) -> ErrorResponse {
-        let mut response = ErrorResponse::new(Some(format!("{reason}\n")));
-        *response.status_mut() = StatusCode::FORBIDDEN;
-        response
     }
 }
 
@@ -145,8 +189,7 @@ mod tests {
 
     #[test]
     fn origins() {
-        let listen: SocketAddr = "127.0.0.1:8765".parse().unwrap();
-        let p = UpgradePolicy::new(&["http://localhost:5173".into()], &listen);
+        let p = UpgradePolicy::new(&["http://localhost:5173".into()], true, None);
         assert!(p.check(&request(&[])).is_ok());
         assert!(p
             .check(&request(&[("Origin", "vscode-file://vscode-app")]))
@@ -163,5 +206,33 @@ mod tests {
             .is_err());
         assert!(p.check(&request(&[("Host", "attacker.example")])).is_err());
         assert!(p.check(&request(&[("Host", "localhost:8765")])).is_ok());
+    }
+
+    #[test]
+    fn token_after_origin() {
+        let t = Token::new("abcdefghijklmnopqrstuvwxyz".into()).unwrap();
+        let p = UpgradePolicy::new(&[], true, Some(t));
+        let status = |r: Request| p.check(&r).err().map(|e| e.status.as_u16());
+        assert_eq!(status(request(&[])), Some(401));
+        assert_eq!(
+            status(request(&[("Origin", "https://evil.example")])),
+            Some(403)
+        );
+        assert_eq!(
+            status(request(&[(
+                "Authorization",
+                "Bearer abcdefghijklmnopqrstuvwxyz"
+            )])),
+            None
+        );
+        assert_eq!(
+            status(request(&[(
+                "Authorization",
+                "Bearer abcdefghijklmnopqrstuvwxyZ"
+            )])),
+            Some(401)
+        );
+        let r = p.check(&request(&[])).unwrap_err().response();
+        assert!(r.headers().contains_key(http::header::WWW_AUTHENTICATE));
     }
 }

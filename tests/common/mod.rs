@@ -50,7 +50,8 @@ pub fn daemon_command(home: &std::path::Path, args: &[&str]) -> Command {
 }
 
 impl Daemon {
-    /// `serve --listen 127.0.0.1:0 --shell /bin/bash`.
+    /// `serve --listen 127.0.0.1:0 --shell /bin/bash --no-auth` (token authentication is
+    /// covered by tests/security.rs).
     pub fn start() -> Daemon {
         Self::start_with(&[])
     }
@@ -58,7 +59,13 @@ impl Daemon {
     /// Like [`Daemon::start`] with extra arguments.
     pub fn start_with(extra: &[&str]) -> Daemon {
         let home = tempfile::tempdir().expect("tempdir");
-        let mut args = vec!["--listen", "127.0.0.1:0", "--shell", "/bin/bash"];
+        let mut args = vec![
+            "--listen",
+            "127.0.0.1:0",
+            "--shell",
+            "/bin/bash",
+            "--no-auth",
+        ];
         args.extend_from_slice(extra);
         let mut child = daemon_command(home.path(), &args)
             .spawn()
