@@ -28,9 +28,6 @@ fn typed_result(resp: &Value) -> ReconnectResult {
 /// Requirement 1: a socket killed in the middle of a flood, resumed by replay: the data seen
 /// before the kill + the replay + live envelopes is the whole output, once, in order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "daemon bug: intermittent — Outbox::send (src/host/outbox.rs:94) counts bytes after \
-            queuing, the writer's written() can subtract first, the counter wraps and \
-            `fetch_add(len) + len` overflows: the pump panics and the flood stops"]
 async fn replay_after_socket_killed_mid_flood_has_no_gap_and_no_duplicate() {
     let d = Daemon::start_with(&["--history-bytes", BIG, "--scrollback-bytes", BIG]);
     let (mut a, _) = Raw::connect_init(&d.url(), "flood-a", &[ROOT]).await;
