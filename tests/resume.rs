@@ -532,8 +532,6 @@ async fn out_of_range_last_seen_answers_snapshots() {
 /// Docs: snapshots are "also the answer for an unknown clientId". A clientId the daemon has
 /// never seen presents a lastSeenServerSeq that happens to be in range.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "daemon bug: an unknown clientId with an in-range lastSeenServerSeq gets a replay, \
-            docs/protocol.md says snapshot"]
 async fn unknown_client_id_answers_snapshots() {
     let d = Daemon::start_with(&["--history-bytes", BIG]);
     let (mut a, _) = Raw::connect_init(&d.url(), "known", &[ROOT]).await;

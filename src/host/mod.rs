@@ -93,6 +93,9 @@ struct Inner {
     terminals: HashMap<String, TerminalEntry>,
     /// Live connections per `clientId` (for reaping and reconnect).
     clients: HashMap<String, usize>,
+    /// Every `clientId` that presented itself since the daemon started: only those can be
+    /// resumed by replay (another daemon's `serverSeq` means nothing here).
+    seen_clients: HashSet<String>,
     /// URIs whose `createTerminal` is spawning the process.
     reserved: HashSet<String>,
     connections: HashMap<ConnId, ConnEntry>,
@@ -141,6 +144,7 @@ impl Host {
                 root_history: History::new(history::ROOT_HISTORY_BYTES, 0),
                 terminals: HashMap::new(),
                 clients: HashMap::new(),
+                seen_clients: HashSet::new(),
                 reserved: HashSet::new(),
                 connections: HashMap::new(),
                 next_conn: 1,
@@ -321,7 +325,8 @@ impl Host {
     /// `reconnect` (notes §4): resumes `client_id` on this connection.
     ///
     /// Any other live connection of the same `clientId` is closed first (code
-    /// [`CLOSE_SUPERSEDED`]) and loses its subscriptions. If every requested channel that still
+    /// [`CLOSE_SUPERSEDED`]) and loses its subscriptions. If the `clientId` presented itself
+    /// to this daemon before, and every requested channel that still
     /// exists has retained every envelope after `last_seen` (and the replay fits in
     /// [`MAX_REPLAY_BYTES`]), the answer is `{"type":"replay","actions":[…],"missing":[…]}` with
     /// exactly those envelopes in `serverSeq` order (a rejected one only if this client
@@ -354,6 +359,7 @@ impl Host {
             inner.drop_connection(other);
             tracing::info!(conn = other, %client_id, "connection superseded by a reconnect");
         }
+        let known = inner.seen_clients.contains(&client_id);
         inner.set_client(conn, client_id.clone());
         let mut live: Vec<String> = Vec::new();
         let mut missing: Vec<String> = Vec::new();
@@ -369,6 +375,7 @@ impl Host {
         }
         let replayable = u64::try_from(last_seen)
             .ok()
+            .filter(|_| known)
             .filter(|&s| s <= inner.server_seq)
             .filter(|&s| live.iter().all(|c| inner.covers(c, s)));
         let mut replay = None;
@@ -791,6 +798,9 @@ impl Inner {
         };
         if let Some(old) = c.client_id.replace(client_id.clone()) {
             decrement(&mut self.clients, &old);
+        }
+        if !self.seen_clients.contains(&client_id) {
+            self.seen_clients.insert(client_id.clone());
         }
         *self.clients.entry(client_id).or_insert(0) += 1;
         self.refresh_orphans();
