@@ -28,6 +28,7 @@ use tokio_tungstenite::WebSocketStream;
 use super::auth::redacted_target;
 use super::upgrade::{Refusal, UpgradePolicy};
 use crate::config::Config;
+use crate::host::outbox::{HIGH_WATERMARK_BYTES, LOW_WATERMARK_BYTES};
 use crate::host::{Host, OutboxReceiver, Outgoing};
 use crate::rpc::error::RpcError;
 use crate::rpc::{frame, Flow, RpcConnection};
@@ -38,6 +39,9 @@ pub const HANDSHAKE_TIMEOUT: Duration = crate::config::DEFAULT_HANDSHAKE_TIMEOUT
 
 /// How long to wait for the peer after sending a close frame.
 const CLOSE_LINGER: Duration = Duration::from_secs(1);
+
+/// How often a connection whose reading is paused (see [`run`]) looks at its queue again.
+const INPUT_PAUSE_POLL: Duration = Duration::from_millis(20);
 
 /// Close code sent to a peer that did not answer a ping in time.
 pub const PING_TIMEOUT_CLOSE_CODE: u16 = 1001;
@@ -243,9 +247,28 @@ where
     let live = Arc::new(Liveness::new());
     let mut writer = tokio::spawn(write_loop(sink, outbox_rx, live.clone(), ctx.ping, peer));
     let mut writer_done = false;
+    // Input backpressure: while this connection's own queue is above the high watermark (it is
+    // not reading what it asked for, e.g. thousands of snapshot-sized `subscribe` answers), no
+    // more frames are read until the queue is back under the low watermark. A peer that keeps
+    // draining its queue counts as alive for the ping check; one that does not is closed by the
+    // stall timeout.
+    let mut paused = false;
+    let mut queued_at_pause = 0;
     loop {
+        let queued = outbox.queued_bytes();
+        if !paused && queued > HIGH_WATERMARK_BYTES {
+            paused = true;
+            queued_at_pause = queued;
+        } else if paused && queued <= LOW_WATERMARK_BYTES {
+            paused = false;
+        }
+        if paused && queued < queued_at_pause {
+            live.touch();
+            queued_at_pause = queued;
+        }
         tokio::select! {
-            message = source.next() => {
+            _ = tokio::time::sleep(INPUT_PAUSE_POLL), if paused => continue,
+            message = source.next(), if !paused => {
                 if let Some(Ok(_)) = &message {
                     live.touch();
                 }
