@@ -1,0 +1,160 @@
+//! Client-dispatched actions (`dispatchAction`): validated on the raw JSON, checked against
+//! the claim policy (D6), then reduced, echoed with `origin` to every subscriber and applied to
+//! the pty — or rejected to the dispatcher only, with a `rejectionReason` (D3).
+
+use ahp_types::actions::{ActionEnvelope, ActionOrigin, StateAction};
+use ahp_types::state::{TerminalClaim, TerminalLifecycleState};
+use serde_json::Value;
+
+use super::channel::{self, ChannelKind};
+use super::{validate, ConnId, Host, Inner};
+use crate::rpc::frame;
+use crate::terminal;
+
+impl Host {
+    /// `dispatchAction` (notes §7.2): validates a client action; accepted ones are reduced,
+    /// echoed with `origin` to every subscriber and then take effect (pty write, resize);
+    /// rejected ones go back, with a `rejectionReason`, to the dispatching connection only
+    /// (D3). Actions for channels that do not exist are ignored.
+    pub fn dispatch(&self, conn: ConnId, channel: &str, client_seq: i64, action: Value) {
+        let mut inner = self.lock();
+        let Some(client_id) = inner
+            .connections
+            .get(&conn)
+            .and_then(|c| c.client_id.clone())
+        else {
+            return;
+        };
+        let origin = ActionOrigin {
+            client_id: client_id.clone(),
+            client_seq,
+        };
+        match channel::classify(channel) {
+            ChannelKind::Root => {
+                let reason = match validate::root_action(&action) {
+                    Err(r) => r,
+                    Ok(_) => "root actions are not accepted from clients".to_string(),
+                };
+                inner.reject(conn, channel, action, origin, reason);
+            }
+            ChannelKind::Terminal if inner.terminals.contains_key(channel) => {
+                match validate::terminal_action(&action) {
+                    Err(reason) => inner.reject(conn, channel, action, origin, reason),
+                    Ok(typed) => inner.apply_client_action(
+                        conn,
+                        channel,
+                        &client_id,
+                        typed,
+                        action,
+                        origin,
+                        self.config.scrollback_bytes,
+                    ),
+                }
+            }
+            _ => tracing::debug!(%channel, "action for an unknown channel ignored"),
+        }
+    }
+}
+
+impl Inner {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn apply_client_action(
+        &mut self,
+        conn: ConnId,
+        uri: &str,
+        client_id: &str,
+        action: StateAction,
+        raw: Value,
+        origin: ActionOrigin,
+        cap: usize,
+    ) {
+        let Some(t) = self.terminals.get_mut(uri) else {
+            return;
+        };
+        match &action {
+            StateAction::TerminalInput(input) => {
+                if matches!(t.state.lifecycle, TerminalLifecycleState::Exited(_)) {
+                    self.reject(conn, uri, raw, origin, "terminal has exited".into());
+                    return;
+                }
+                if !t.process.input_fits(input.data.len()) {
+                    let reason = format!(
+                        "input queue full: more than {} bytes are waiting for the program to \
+                         read them",
+                        terminal::process::MAX_PENDING_INPUT_BYTES
+                    );
+                    self.reject(conn, uri, raw, origin, reason);
+                    return;
+                }
+                let process = t.process.clone();
+                let bytes = input.data.clone().into_bytes();
+                self.emit_terminal(uri, action, Some(origin), cap);
+                // Checked above; only the pty vanishing can fail here, and then the exit
+                // follows on its own.
+                let _ = process.write(bytes);
+            }
+            StateAction::TerminalResized(r) => {
+                // Validated to 1..=MAX_DIMENSION, so the conversions cannot fail.
+                let cols = u16::try_from(r.cols).unwrap_or(u16::MAX);
+                let rows = u16::try_from(r.rows).unwrap_or(u16::MAX);
+                if let Err(e) = t.process.resize(cols, rows) {
+                    tracing::debug!(terminal = %uri, error = %e, "pty resize failed");
+                }
+                self.emit_terminal(uri, action, Some(origin), cap);
+            }
+            StateAction::TerminalTitleChanged(_) => {
+                t.renamed_by_client = true;
+                self.emit_terminal(uri, action, Some(origin), cap);
+                self.emit_root_terminals();
+            }
+            StateAction::TerminalClaimed(c) => {
+                if let Err(reason) =
+                    validate::check_claim_transfer(&t.state.claim, &t.holder, client_id, &c.claim)
+                {
+                    self.reject(conn, uri, raw, origin, reason);
+                    return;
+                }
+                let narrowing_by_other = client_id != t.holder;
+                if !narrowing_by_other {
+                    t.holder = match &c.claim {
+                        TerminalClaim::Client(cc) => cc.client_id.clone(),
+                        TerminalClaim::Session(_) => client_id.to_string(),
+                    };
+                }
+                self.emit_terminal(uri, action, Some(origin), cap);
+                self.emit_root_terminals();
+                self.refresh_orphans();
+            }
+            _ => self.emit_terminal(uri, action, Some(origin), cap),
+        }
+    }
+
+    /// Sends a rejected action back to its dispatcher only (decision D3).
+    pub(super) fn reject(
+        &mut self,
+        conn: ConnId,
+        channel: &str,
+        raw: Value,
+        origin: ActionOrigin,
+        reason: String,
+    ) {
+        let seq = self.next_seq();
+        tracing::debug!(%channel, %reason, "action rejected");
+        let envelope = ActionEnvelope {
+            channel: channel.to_string(),
+            action: StateAction::Unknown(raw),
+            server_seq: seq,
+            origin: Some(origin),
+            rejection_reason: Some(reason),
+        };
+        let text = frame::action(&envelope);
+        let bytes = text.len();
+        self.send(conn, text);
+        // Kept for a replay to the same client (decision D3 applies there too).
+        if channel == channel::ROOT {
+            self.root_history.push(envelope, bytes);
+        } else if let Some(t) = self.terminals.get_mut(channel) {
+            t.history.push(envelope, bytes);
+        }
+    }
+}

@@ -1,0 +1,409 @@
+//! Terminal lifecycle in the store: `createTerminal` (validate, spawn, register), removal and
+//! killing, and every server-originated terminal action — pty output, marks, exit — reduced
+//! with the official reducers, numbered and fanned out, plus the root catalogue update that
+//! follows create, exit, dispose, title and claim changes.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use ahp::reducers::{apply_action_to_root, apply_action_to_terminal};
+use ahp_types::actions::{
+    ActionEnvelope, ActionOrigin, RootTerminalsChangedAction, StateAction, TerminalDataAction,
+    TerminalExitedAction,
+};
+use ahp_types::commands::CreateTerminalParams;
+use ahp_types::state::{
+    TerminalClaim, TerminalInfo, TerminalLifecycleState, TerminalRunningLifecycleState,
+    TerminalState,
+};
+use serde_json::Value;
+use tokio_tungstenite::tungstenite::Utf8Bytes;
+
+use super::channel::{self, ChannelKind};
+use super::history::History;
+use super::{pump, scrollback, validate, ConnId, Host, Inner, TerminalEntry};
+use crate::rpc::error::RpcError;
+use crate::rpc::frame;
+use crate::terminal::{
+    self, shell_integration, OutputPipeline, PtyEvent, PtyProcess, SpawnRequest,
+};
+
+/// Largest `data` of one `terminal/data` envelope, in bytes; longer output is split on
+/// character boundaries.
+pub const MAX_DATA_BYTES: usize = 1024 * 1024;
+
+impl Host {
+    /// `createTerminal` (notes §9.5): validates, spawns the shell on a new pty, registers the
+    /// terminal and emits `root/terminalsChanged` before returning.
+    ///
+    /// Errors: -32602 (channel, claim, cwd form, size), -32010 (URI exists), -32008 (cwd
+    /// missing), -32603 (the shell cannot be started; nothing is left registered).
+    pub async fn create_terminal(
+        self: &Arc<Self>,
+        conn: ConnId,
+        params: CreateTerminalParams,
+    ) -> Result<(), RpcError> {
+        let uri = params.channel.clone();
+        channel::check_new_terminal_uri(&uri)?;
+        let claim = params.claim.clone();
+        let cwd = match params.cwd.as_deref() {
+            Some(c) => channel::resolve_cwd(c)?,
+            None => channel::home_dir(),
+        };
+        let cols = size_param("cols", params.cols, 80)?;
+        let rows = size_param("rows", params.rows, 24)?;
+        let shell = self.config.shell.clone();
+        let title = params.name.clone().unwrap_or_else(|| shell_name(&shell));
+        let holder = {
+            let mut inner = self.lock();
+            if inner.shutting_down {
+                return Err(RpcError::internal("ahpty is shutting down"));
+            }
+            if inner.terminals.contains_key(&uri) || inner.reserved.contains(&uri) {
+                return Err(RpcError::already_exists(&uri));
+            }
+            if inner.terminals.len() + inner.reserved.len() >= self.config.max_terminals {
+                return Err(RpcError::internal(format!(
+                    "terminal limit reached: this host runs at most {} terminals \
+                     (--max-terminals); dispose one first",
+                    self.config.max_terminals
+                )));
+            }
+            let me = inner
+                .connections
+                .get(&conn)
+                .and_then(|c| c.client_id.clone())
+                .unwrap_or_default();
+            inner.reserved.insert(uri.clone());
+            match &claim {
+                TerminalClaim::Client(c) => c.client_id.clone(),
+                TerminalClaim::Session(_) => me,
+            }
+        };
+        let cwd_uri = channel::file_uri(&cwd);
+        let nonce = shell_integration::new_nonce();
+        let inject =
+            self.config.shell_integration && shell_integration::shell_kind(&shell).is_some();
+        let request = self.spawn_request(shell.clone(), cwd.clone(), cols, rows);
+        let pipeline = OutputPipeline::new(nonce.clone(), Some(cwd_uri.clone()), inject);
+        let started = tokio::task::spawn_blocking(move || {
+            let mut request = request;
+            if inject {
+                let injection = shell_integration::prepare(&request.program, &nonce)?;
+                // The injected arguments (e.g. bash's --rcfile) come first.
+                let mut args = injection.args;
+                args.append(&mut request.args);
+                request.args = args;
+                request.env.extend(injection.env);
+            }
+            terminal::start(request, pipeline)
+        })
+        .await;
+        let (process, events) = match started {
+            Ok(Ok(x)) => x,
+            Ok(Err(e)) => {
+                self.lock().reserved.remove(&uri);
+                tracing::warn!(terminal = %uri, error = %e, "cannot start terminal");
+                return Err(RpcError::internal(format!("cannot start the shell: {e}")));
+            }
+            Err(e) => {
+                self.lock().reserved.remove(&uri);
+                return Err(RpcError::internal(format!("cannot start the shell: {e}")));
+            }
+        };
+        let id = {
+            let mut inner = self.lock();
+            inner.reserved.remove(&uri);
+            let id = inner.next_terminal;
+            inner.next_terminal += 1;
+            // Envelopes of this terminal all come after this point (see `History`).
+            let floor = inner.server_seq;
+            let state = TerminalState {
+                title,
+                cwd: Some(cwd_uri),
+                cols: Some(i64::from(cols)),
+                rows: Some(i64::from(rows)),
+                content: Vec::new(),
+                lifecycle: TerminalLifecycleState::Running(TerminalRunningLifecycleState {}),
+                claim,
+                supports_command_detection: None,
+                is_pty: Some(true),
+            };
+            inner.terminals.insert(
+                uri.clone(),
+                TerminalEntry {
+                    id,
+                    state,
+                    subscribers: BTreeSet::new(),
+                    process: process.clone(),
+                    holder,
+                    renamed_by_client: false,
+                    content_bytes: 0,
+                    history: History::new(self.config.history_bytes, floor),
+                    orphaned_since: None,
+                },
+            );
+            inner.refresh_orphans();
+            inner.emit_root_terminals();
+            // A shutdown that began while spawning has already swept the terminal list.
+            if inner.shutting_down {
+                inner.terminals.remove(&uri);
+                None
+            } else {
+                Some(id)
+            }
+        };
+        let Some(id) = id else {
+            let grace = self.config.kill_grace;
+            let _ = tokio::task::spawn_blocking(move || process.kill_session(grace)).await;
+            return Err(RpcError::internal("ahpty is shutting down"));
+        };
+        tracing::info!(terminal = %uri, pid = process.pid(), shell = %shell.display(), "terminal created");
+        tokio::spawn(pump::run(self.clone(), uri, id, events));
+        Ok(())
+    }
+
+    pub(super) fn spawn_request(
+        &self,
+        shell: PathBuf,
+        cwd: PathBuf,
+        cols: u16,
+        rows: u16,
+    ) -> SpawnRequest {
+        let mut env = vec![
+            ("TERM".into(), "xterm-256color".into()),
+            ("COLORTERM".into(), "truecolor".into()),
+        ];
+        let has_locale = ["LC_ALL", "LC_CTYPE", "LANG"]
+            .iter()
+            .any(|k| std::env::var_os(k).is_some_and(|v| !v.is_empty()));
+        if !has_locale {
+            env.push(("LANG".into(), "C.UTF-8".into()));
+        }
+        SpawnRequest {
+            program: shell,
+            args: Vec::new(),
+            cwd,
+            cols,
+            rows,
+            env,
+            env_remove: Vec::new(),
+        }
+    }
+
+    /// `disposeTerminal` (notes §9.6), first half: removes the terminal (no more actions on
+    /// its channel; its URI is free again) and emits `root/terminalsChanged`. The caller then
+    /// kills its processes with [`Host::kill`] before answering.
+    /// Errors: unknown terminal → -32008; session/chat URI → -32001; not a URI → -32602.
+    pub fn remove_terminal(&self, uri: &str) -> Result<Arc<PtyProcess>, RpcError> {
+        let mut inner = self.lock();
+        match channel::classify(uri) {
+            ChannelKind::Session => return Err(RpcError::session_not_found(uri)),
+            ChannelKind::Invalid(msg) => {
+                return Err(RpcError::invalid_params(format!("channel: {msg}")))
+            }
+            _ => {}
+        }
+        let Some(entry) = inner.remove_terminal(uri) else {
+            return Err(RpcError::not_found(format!("terminal not found: {uri}")));
+        };
+        tracing::info!(terminal = %uri, pid = entry.process.pid(), "terminal disposed");
+        Ok(entry.process)
+    }
+
+    /// Kills every process of a removed terminal's session (SIGHUP, then SIGKILL after the
+    /// configured grace) and waits until they are gone.
+    pub async fn kill(&self, process: Arc<PtyProcess>) {
+        let grace = self.config.kill_grace;
+        let _ = tokio::task::spawn_blocking(move || process.kill_session(grace)).await;
+    }
+
+    /// `disposeTerminal`: [`Host::remove_terminal`] then [`Host::kill`].
+    pub async fn dispose_terminal(&self, uri: &str) -> Result<(), RpcError> {
+        let process = self.remove_terminal(uri)?;
+        self.kill(process).await;
+        Ok(())
+    }
+
+    /// Output of terminal `id` at `uri`, in stream order (called by the terminal's pump).
+    pub(super) fn apply_output(&self, uri: &str, id: u64, events: Vec<PtyEvent>) {
+        let mut inner = self.lock();
+        if !inner.terminals.get(uri).is_some_and(|t| t.id == id) {
+            return;
+        }
+        let cap = self.config.scrollback_bytes;
+        let mut text = String::new();
+        for ev in events {
+            match ev {
+                PtyEvent::Data(d) => text.push_str(&d),
+                PtyEvent::Action(a) => {
+                    inner.emit_data(uri, std::mem::take(&mut text), cap);
+                    inner.apply_server_action(uri, *a, cap);
+                }
+            }
+        }
+        inner.emit_data(uri, text, cap);
+    }
+
+    /// The process of terminal `id` exited: `terminal/exited`, then the root update.
+    pub(super) fn apply_exited(&self, uri: &str, id: u64, exit_code: Option<i64>) {
+        let mut inner = self.lock();
+        if !inner.terminals.get(uri).is_some_and(|t| t.id == id) {
+            return;
+        }
+        tracing::info!(terminal = %uri, exit_code, "terminal exited");
+        let cap = self.config.scrollback_bytes;
+        inner.emit_terminal(
+            uri,
+            StateAction::TerminalExited(TerminalExitedAction { exit_code }),
+            None,
+            cap,
+        );
+        inner.emit_root_terminals();
+    }
+}
+
+impl Inner {
+    /// Removes a terminal and emits the root update; no more actions follow on its channel.
+    pub(super) fn remove_terminal(&mut self, uri: &str) -> Option<TerminalEntry> {
+        let entry = self.terminals.remove(uri)?;
+        self.emit_root_terminals();
+        Some(entry)
+    }
+
+    /// Reduces an accepted terminal action, assigns `serverSeq` and fans the envelope out.
+    pub(super) fn emit_terminal(
+        &mut self,
+        uri: &str,
+        action: StateAction,
+        origin: Option<ActionOrigin>,
+        cap: usize,
+    ) {
+        let seq = self.next_seq();
+        let Some(t) = self.terminals.get_mut(uri) else {
+            return;
+        };
+        apply_action_to_terminal(&mut t.state, &action);
+        match &action {
+            StateAction::TerminalData(d) => {
+                t.content_bytes += d.data.len();
+                if t.content_bytes > cap {
+                    t.content_bytes = scrollback::trim(&mut t.state, cap);
+                }
+            }
+            StateAction::TerminalCleared(_) => t.content_bytes = 0,
+            StateAction::TerminalCommandExecuted(c) => t.content_bytes += c.command_line.len(),
+            _ => {}
+        }
+        let envelope = ActionEnvelope {
+            channel: uri.to_string(),
+            action,
+            server_seq: seq,
+            origin,
+            rejection_reason: None,
+        };
+        let text: Utf8Bytes = frame::action(&envelope).into();
+        for c in &t.subscribers {
+            if let Some(conn) = self.connections.get(c) {
+                conn.outbox.send(text.clone());
+            }
+        }
+        t.history.push(envelope, text.len());
+    }
+
+    /// Emits output text as `terminal/data`, split into envelopes of at most
+    /// [`MAX_DATA_BYTES`] on character boundaries.
+    pub(super) fn emit_data(&mut self, uri: &str, mut text: String, cap: usize) {
+        while !text.is_empty() {
+            let rest = if text.len() > MAX_DATA_BYTES {
+                let mut cut = MAX_DATA_BYTES;
+                while !text.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                text.split_off(cut)
+            } else {
+                String::new()
+            };
+            self.emit_terminal(
+                uri,
+                StateAction::TerminalData(TerminalDataAction { data: text }),
+                None,
+                cap,
+            );
+            text = rest;
+        }
+    }
+
+    /// A server-originated action derived from output (title, cwd, command marks).
+    pub(super) fn apply_server_action(&mut self, uri: &str, action: StateAction, cap: usize) {
+        if let StateAction::TerminalTitleChanged(change) = &action {
+            let Some(t) = self.terminals.get(uri) else {
+                return;
+            };
+            // A client's rename wins over escape sequences; an unchanged title is not news.
+            if t.renamed_by_client || t.state.title == change.title {
+                return;
+            }
+            self.emit_terminal(uri, action, None, cap);
+            self.emit_root_terminals();
+            return;
+        }
+        self.emit_terminal(uri, action, None, cap);
+    }
+
+    /// Emits `root/terminalsChanged` with the complete catalogue, in creation order.
+    pub(super) fn emit_root_terminals(&mut self) {
+        let mut rows: Vec<(u64, TerminalInfo)> = self
+            .terminals
+            .iter()
+            .map(|(uri, t)| {
+                (
+                    t.id,
+                    TerminalInfo {
+                        resource: uri.clone(),
+                        title: t.state.title.clone(),
+                        claim: t.state.claim.clone(),
+                        lifecycle: t.state.lifecycle.clone(),
+                    },
+                )
+            })
+            .collect();
+        rows.sort_by_key(|(id, _)| *id);
+        let action = StateAction::RootTerminalsChanged(RootTerminalsChangedAction {
+            terminals: rows.into_iter().map(|(_, info)| info).collect(),
+        });
+        let seq = self.next_seq();
+        apply_action_to_root(&mut self.root, &action);
+        let envelope = ActionEnvelope {
+            channel: channel::ROOT.to_string(),
+            action,
+            server_seq: seq,
+            origin: None,
+            rejection_reason: None,
+        };
+        let text: Utf8Bytes = frame::action(&envelope).into();
+        for c in &self.root_subscribers {
+            if let Some(conn) = self.connections.get(c) {
+                conn.outbox.send(text.clone());
+            }
+        }
+        self.root_history.push(envelope, text.len());
+    }
+}
+
+fn size_param(name: &str, value: Option<i64>, default: u16) -> Result<u16, RpcError> {
+    match value {
+        None => Ok(default),
+        Some(v) => {
+            validate::dimension_value(name, &Value::from(v)).map_err(RpcError::invalid_params)
+        }
+    }
+}
+
+fn shell_name(shell: &std::path::Path) -> String {
+    shell
+        .file_name()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "shell".into())
+}
