@@ -240,9 +240,7 @@ async fn spoofed_marks_are_stripped_and_not_trusted() {
     assert_eq!(line, forged);
     assert_eq!(code, Some(0));
     c.wait_data(&uri, "xyz", SHELL_TIMEOUT).await;
-    assert!(executed(&c.log, &uri)
-        .iter()
-        .all(|(_, l)| l != "rm -rf /"));
+    assert!(executed(&c.log, &uri).iter().all(|(_, l)| l != "rm -rf /"));
     assert_no_integration_sequences(&c, &uri);
 }
 

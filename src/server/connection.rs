@@ -5,6 +5,7 @@
 //! are sent. Nothing a peer sends can affect another connection: errors end this connection
 //! only.
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -31,7 +32,8 @@ use crate::config::Config;
 use crate::host::outbox::{HIGH_WATERMARK_BYTES, LOW_WATERMARK_BYTES};
 use crate::host::{Host, OutboxReceiver, Outgoing};
 use crate::rpc::error::RpcError;
-use crate::rpc::{frame, Flow, RpcConnection};
+use crate::rpc::frame::{self, Incoming};
+use crate::rpc::{Flow, RpcConnection};
 
 /// Default time a socket gets to complete the WebSocket upgrade
 /// ([`Config::handshake_timeout`] overrides it).
@@ -42,6 +44,10 @@ const CLOSE_LINGER: Duration = Duration::from_secs(1);
 
 /// How often a connection whose reading is paused (see [`run`]) looks at its queue again.
 const INPUT_PAUSE_POLL: Duration = Duration::from_millis(20);
+
+/// Requests a congested connection may hold back (see [`run`]) before its socket is no longer
+/// read at all.
+const MAX_DEFERRED_FRAMES: usize = 256;
 
 /// Close code sent to a peer that did not answer a ping in time.
 pub const PING_TIMEOUT_CLOSE_CODE: u16 = 1001;
@@ -247,14 +253,18 @@ where
     let live = Arc::new(Liveness::new());
     let mut writer = tokio::spawn(write_loop(sink, outbox_rx, live.clone(), ctx.ping, peer));
     let mut writer_done = false;
-    // Input backpressure: while this connection's own queue is above the high watermark (it is
-    // not reading what it asked for, e.g. thousands of snapshot-sized `subscribe` answers), no
-    // more frames are read until the queue is back under the low watermark. A peer that keeps
-    // draining its queue counts as alive for the ping check; one that does not is closed by the
-    // stall timeout.
+    // Requests held back while this connection's own queue is congested (see below).
+    let mut deferred: VecDeque<String> = VecDeque::new();
     let mut paused = false;
     let mut queued_at_pause = 0;
     loop {
+        // Request backpressure: while this connection's own queue is above the high watermark
+        // (it is not reading what it asked for, e.g. thousands of snapshot-sized `subscribe`
+        // answers), its requests are held back until the queue is under the low watermark —
+        // except `ping` and, when nothing is held back, `dispatchAction`/`unsubscribe`, so
+        // input such as Ctrl-C never waits behind output. Once MAX_DEFERRED_FRAMES are held
+        // back the socket is not read at all. A peer that keeps draining its queue counts as
+        // alive for the ping check; one that does not is closed by the stall timeout.
         let queued = outbox.queued_bytes();
         if !paused && queued > HIGH_WATERMARK_BYTES {
             paused = true;
@@ -266,41 +276,53 @@ where
             live.touch();
             queued_at_pause = queued;
         }
+        if !paused {
+            if let Some(text) = deferred.pop_front() {
+                if rpc.handle_text(&text).await == Flow::Close {
+                    close_after_flush(&outbox, &mut writer, 1000, "closing".into()).await;
+                    writer_done = true;
+                    break;
+                }
+                continue;
+            }
+        }
+        let can_read = deferred.len() < MAX_DEFERRED_FRAMES;
         tokio::select! {
-            _ = tokio::time::sleep(INPUT_PAUSE_POLL), if paused => continue,
-            message = source.next(), if !paused => {
+            _ = tokio::time::sleep(INPUT_PAUSE_POLL), if paused && (!deferred.is_empty() || !can_read) => continue,
+            message = source.next(), if can_read => {
                 if let Some(Ok(_)) = &message {
                     live.touch();
                 }
-                let flow = match message {
-                    Some(Ok(Message::Text(text))) => rpc.handle_text(text.as_str()).await,
-                    Some(Ok(Message::Binary(bytes))) => match std::str::from_utf8(&bytes) {
-                        Ok(text) => rpc.handle_text(text).await,
+                let text = match message {
+                    Some(Ok(Message::Text(text))) => text.as_str().to_owned(),
+                    Some(Ok(Message::Binary(bytes))) => match String::from_utf8(bytes.to_vec()) {
+                        Ok(text) => text,
                         Err(_) => {
                             outbox.send(frame::error(
                                 &serde_json::Value::Null,
                                 &RpcError::parse_error("binary frame is not valid UTF-8 JSON"),
                             ));
-                            Flow::Continue
+                            continue;
                         }
                     },
                     Some(Ok(Message::Close(_))) | None => break,
-                    Some(Ok(_)) => Flow::Continue, // ping/pong are answered by tungstenite
+                    Some(Ok(_)) => continue, // ping/pong are answered by tungstenite
                     Some(Err(e)) => {
                         tracing::debug!(%peer, conn, error = %e, "connection error");
                         // e.g. a message over the size limit: tell the peer why.
                         if let tokio_tungstenite::tungstenite::Error::Capacity(c) = &e {
-                            outbox.close(1009, format!("{c}"));
-                            Flow::Close
-                        } else {
-                            break;
+                            close_after_flush(&outbox, &mut writer, 1009, format!("{c}")).await;
+                            writer_done = true;
                         }
+                        break;
                     }
                 };
-                if flow == Flow::Close {
-                    outbox.close(1000, "closing");
-                    // Stop reading; let the writer flush the queue and the close frame.
-                    let _ = tokio::time::timeout(CLOSE_LINGER * 2, &mut writer).await;
+                if paused && !jumps_the_queue(&text, deferred.is_empty()) {
+                    deferred.push_back(text);
+                    continue;
+                }
+                if rpc.handle_text(&text).await == Flow::Close {
+                    close_after_flush(&outbox, &mut writer, 1000, "closing".into()).await;
                     writer_done = true;
                     break;
                 }
@@ -322,6 +344,31 @@ where
         }
     }
     tracing::debug!(%peer, conn, "connection closed");
+}
+
+/// Whether a frame received while its connection is congested is handled at once rather than
+/// held back: `ping` always (it has no ordering), `dispatchAction` and `unsubscribe` when no
+/// earlier request is held back (so they keep their order relative to other requests).
+fn jumps_the_queue(text: &str, nothing_deferred: bool) -> bool {
+    match frame::parse(text) {
+        Incoming::Request { method, .. } => method == "ping",
+        Incoming::Notification { method, .. } => {
+            nothing_deferred && (method == "dispatchAction" || method == "unsubscribe")
+        }
+        _ => nothing_deferred,
+    }
+}
+
+/// Queues a close frame after whatever is queued and lets the writer send both, waiting a
+/// bounded time.
+async fn close_after_flush<T>(
+    outbox: &crate::host::Outbox,
+    writer: &mut tokio::task::JoinHandle<T>,
+    code: u16,
+    reason: String,
+) {
+    outbox.close(code, reason);
+    let _ = tokio::time::timeout(CLOSE_LINGER * 2, writer).await;
 }
 
 async fn write_loop<S>(
