@@ -693,9 +693,6 @@ async fn output_queued_behind_a_stalled_socket_is_merged() {
 /// The issue's stronger promise: for a slow reader, envelopes average far more than one pty
 /// read (typically 2.5–4 KB).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "daemon bug: coalescing only sees the connection's outbox, but Linux grows the \
-            socket send buffer to ~4 MiB, so a slow reader often still gets one envelope per \
-            pty read (avg 4-10 KB measured); see docs/performance.md"]
 async fn a_slow_reader_gets_few_large_envelopes() {
     let sizes = slow_reader_run().await;
     let total: usize = sizes.iter().sum();

@@ -6,8 +6,11 @@
 //!   pty, and the program blocks in `write` as in a real terminal. It resumes once every
 //!   subscriber is back under the low watermark (or was closed as stalled).
 //! - **Coalescing.** Output that arrives while an earlier envelope of a subscriber is still
-//!   waiting to be written is merged into the next envelope (up to [`COALESCE_BYTES`]), so a
-//!   flood becomes few large envelopes, while an idle terminal's first byte goes out at once.
+//!   waiting to be written is merged into the next envelope (up to [`COALESCE_BYTES`]). The
+//!   kernel's socket buffer hides most of that wait on a fast link, so while a terminal
+//!   floods — its last update carried at least [`FLOOD_BYTES`] — output is also merged for
+//!   [`MERGE_WINDOW`] after each update. A flood thus becomes few large envelopes, while an
+//!   idle terminal's first byte, and every keystroke echo, goes out at once.
 //! - **Exit ordering.** `terminal/exited` is emitted only after the output has been drained:
 //!   after EOF, or [`EXIT_DRAIN`] after the process exited if a background job keeps the pty
 //!   open. Output arriving after that is still delivered, until the terminal is disposed.
@@ -28,6 +31,12 @@ pub const EXIT_DRAIN: Duration = Duration::from_millis(500);
 /// shell-integration marks split it).
 pub const COALESCE_BYTES: usize = 256 * 1024;
 
+/// An update with at least this many bytes of output marks the terminal as flooding.
+pub const FLOOD_BYTES: usize = 2048;
+
+/// While a terminal floods, output is merged for this long after each update.
+pub const MERGE_WINDOW: Duration = Duration::from_millis(2);
+
 /// How often a paused or merging pump re-checks its subscribers even without progress
 /// (subscribers may unsubscribe or disconnect).
 const RECHECK: Duration = Duration::from_millis(100);
@@ -44,6 +53,8 @@ struct Pump {
     exit_reported: bool,
     eof: bool,
     deadline: Option<Instant>,
+    /// End of the merge window opened by the last update, if that update was a flood's.
+    merge_until: Option<Instant>,
 }
 
 pub(super) async fn run(
@@ -64,6 +75,7 @@ pub(super) async fn run(
         exit_reported: false,
         eof: false,
         deadline: None,
+        merge_until: None,
     };
     pump.run().await;
 }
@@ -90,7 +102,9 @@ impl Pump {
             match event {
                 TerminalEvent::Output(batch) => {
                     let batch = self.merge(batch).await;
+                    let flooding = batch_bytes(&batch) >= FLOOD_BYTES;
                     self.host.apply_output(&self.uri, self.id, batch);
+                    self.merge_until = flooding.then(|| Instant::now() + MERGE_WINDOW);
                 }
                 TerminalEvent::Eof => {
                     self.eof = true;
@@ -148,8 +162,9 @@ impl Pump {
         }
     }
 
-    /// Merges further output into `batch` while a subscriber still has unsent data, up to
-    /// [`COALESCE_BYTES`]. A non-output event ends the merge and is kept for later.
+    /// Merges further output into `batch` while a subscriber still has unsent data or the
+    /// flood merge window is open, up to [`COALESCE_BYTES`]. A non-output event ends the merge
+    /// and is kept for later.
     async fn merge(&mut self, mut batch: Vec<PtyEvent>) -> Vec<PtyEvent> {
         let mut bytes = batch_bytes(&batch);
         loop {
@@ -176,12 +191,17 @@ impl Pump {
                 .host
                 .pressure(&self.uri, self.id)
                 .is_some_and(|p| p.unsent && !p.above_high);
-            if !unsent {
+            let window = self.merge_until.filter(|&end| Instant::now() < end);
+            if !unsent && window.is_none() {
                 return batch;
             }
+            let window_end = window.unwrap_or_else(|| Instant::now() + RECHECK);
             tokio::select! {
-                _ = &mut notified => {}
+                _ = &mut notified, if unsent => {}
                 _ = tokio::time::sleep(RECHECK) => {}
+                _ = tokio::time::sleep_until(window_end), if window.is_some() => {
+                    self.merge_until = None;
+                }
                 event = self.events.recv() => match event {
                     Some(TerminalEvent::Output(more)) => {
                         bytes += batch_bytes(&more);
