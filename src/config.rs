@@ -181,8 +181,8 @@ pub struct Config {
     /// `None` disables reaping.
     pub orphan_grace: Option<Duration>,
     /// A connection whose outbound queue stays above the high watermark this long is closed
-    /// (code 4001) so the terminals it watches can resume.
-    pub stall_timeout: Duration,
+    /// (code 4001) so the terminals it watches can resume; `None` never closes it.
+    pub stall_timeout: Option<Duration>,
     /// Largest incoming WebSocket message, in bytes (larger → close code 1009).
     pub max_message_bytes: usize,
     /// Most terminals the host runs at once (createTerminal beyond it → -32603).
@@ -227,7 +227,7 @@ impl Default for Config {
             shell_integration: true,
             history_bytes: crate::host::history::DEFAULT_TERMINAL_HISTORY_BYTES,
             orphan_grace: Some(DEFAULT_ORPHAN_GRACE),
-            stall_timeout: DEFAULT_STALL_TIMEOUT,
+            stall_timeout: Some(DEFAULT_STALL_TIMEOUT),
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             max_terminals: DEFAULT_MAX_TERMINALS,
             max_subscriptions: DEFAULT_MAX_SUBSCRIPTIONS,

@@ -84,7 +84,8 @@ struct ServeArgs {
     /// (e.g. `90s`, `30m`, `24h`); `0` disables reaping.
     #[arg(long, default_value = "24h", value_parser = humantime::parse_duration, value_name = "DURATION")]
     orphan_grace: Duration,
-    /// Close a connection whose unsent output stays above the high watermark this long.
+    /// Close a connection whose unsent output stays above the high watermark this long
+    /// (at least 100 ms); `0` never closes it (its terminals stay paused while it stalls).
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration, value_name = "DURATION")]
     stall_timeout: Duration,
     /// Largest incoming WebSocket message, in bytes.
@@ -149,7 +150,8 @@ fn main() -> ExitCode {
         shell_integration: !args.no_shell_integration,
         history_bytes: args.history_bytes.max(1024),
         orphan_grace: (!args.orphan_grace.is_zero()).then_some(args.orphan_grace),
-        stall_timeout: args.stall_timeout.max(Duration::from_millis(100)),
+        stall_timeout: (!args.stall_timeout.is_zero())
+            .then(|| args.stall_timeout.max(Duration::from_millis(100))),
         max_message_bytes: args.max_message_bytes.max(64 * 1024),
         max_terminals: args.max_terminals,
         max_subscriptions: args.max_subscriptions,

@@ -19,8 +19,11 @@ fn shell(name: &str) -> Option<String> {
         .iter()
         .map(|d| format!("{d}/{name}"))
         .find(|p| Path::new(p).is_file());
-    if found.is_none() && std::env::var_os("CI").is_some() {
-        panic!("{name} is not installed; .ci/run installs it");
+    if found.is_none() {
+        if std::env::var_os("CI").is_some() {
+            panic!("{name} is not installed; .ci/run installs it");
+        }
+        eprintln!("{name} is not installed: test skipped");
     }
     found
 }

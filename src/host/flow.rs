@@ -58,7 +58,9 @@ impl Host {
     /// they held back resume. The client may `reconnect` and resume from history. Runs until
     /// the host shuts down.
     pub async fn watch_stalls(self: Arc<Self>) {
-        let timeout = self.config.stall_timeout;
+        let Some(timeout) = self.config.stall_timeout else {
+            return;
+        };
         let tick = (timeout / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
         let mut interval = tokio::time::interval(tick);
         interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

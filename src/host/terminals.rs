@@ -229,7 +229,7 @@ impl Host {
     /// Output of terminal `id` at `uri`, in stream order (called by the terminal's pump).
     pub(super) fn apply_output(&self, uri: &str, id: u64, events: Vec<PtyEvent>) {
         let mut inner = self.lock();
-        if !inner.terminals.get(uri).is_some_and(|t| t.id == id) {
+        if inner.terminals.get(uri).is_none_or(|t| t.id != id) {
             return;
         }
         let cap = self.config.scrollback_bytes;
@@ -249,7 +249,7 @@ impl Host {
     /// The process of terminal `id` exited: `terminal/exited`, then the root update.
     pub(super) fn apply_exited(&self, uri: &str, id: u64, exit_code: Option<i64>) {
         let mut inner = self.lock();
-        if !inner.terminals.get(uri).is_some_and(|t| t.id == id) {
+        if inner.terminals.get(uri).is_none_or(|t| t.id != id) {
             return;
         }
         tracing::info!(terminal = %uri, exit_code, "terminal exited");

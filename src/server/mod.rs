@@ -214,7 +214,12 @@ impl Server {
             // Tests and scripts parse `listening on ws://ADDR`: keep this format.
             tracing::info!("listening on {}", l.describe());
         }
+        let has_tcp = self
+            .listeners
+            .iter()
+            .any(|l| matches!(l, Listener::Tcp { .. }));
         match (&self.token, self.generated_token) {
+            _ if !has_tcp => {}
             (None, _) => {}
             (Some(_), true) => tracing::info!(
                 "TCP peers need the token generated at start (connect URL printed on stdout)"

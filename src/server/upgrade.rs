@@ -117,7 +117,9 @@ impl UpgradePolicy {
     }
 }
 
-/// `localhost`, `*.localhost`, 127.0.0.0/8 or `::1`, with an optional port.
+/// `localhost`, `*.localhost`, 127.0.0.0/8 or `::1`, with an optional port; also the
+/// unspecified addresses `0.0.0.0` and `[::]`, which some local clients send (websocat over a
+/// Unix socket) and which no DNS-rebinding page can present as its own host.
 pub fn is_loopback_host(host: &str) -> bool {
     let name = if let Some(rest) = host.strip_prefix('[') {
         match rest.split_once(']') {
@@ -135,7 +137,8 @@ pub fn is_loopback_host(host: &str) -> bool {
     if name == "localhost" || name.ends_with(".localhost") {
         return true;
     }
-    name.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+    name.parse::<IpAddr>()
+        .is_ok_and(|ip| ip.is_loopback() || ip.is_unspecified())
 }
 
 fn is_port(s: &str) -> bool {
@@ -160,6 +163,8 @@ mod tests {
             "127.1.2.3:80",
             "[::1]",
             "[::1]:8765",
+            "0.0.0.0",
+            "[::]:80",
             "LOCALHOST:1",
             "app.localhost:3",
         ] {
