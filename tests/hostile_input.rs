@@ -190,7 +190,7 @@ async fn hostile_clients_do_not_disturb_a_streaming_terminal() {
             data.push_str(v["params"]["action"]["data"].as_str().unwrap());
         }
         samples += 1;
-        if samples % 64 == 0 {
+        if samples.is_multiple_of(64) {
             peak_rss = peak_rss.max(vm_kib(pid, "VmRSS:"));
         }
     }

@@ -1077,12 +1077,12 @@ mod tests {
     #[test]
     fn oversize_dcs_and_csi() {
         let mut input = b"\x1bPq".to_vec();
-        input.extend(std::iter::repeat(b'#').take(MAX_OSC_BYTES + 5));
+        input.extend(std::iter::repeat_n(b'#', MAX_OSC_BYTES + 5));
         input.extend_from_slice(b"\x1b\\done");
         let ev = run(&[&input]);
         assert_eq!(text_of(&ev).as_bytes(), &input[..]);
         let mut input = b"\x1b[".to_vec();
-        input.extend(std::iter::repeat(b'1').take(MAX_OSC_BYTES + 5));
+        input.extend(std::iter::repeat_n(b'1', MAX_OSC_BYTES + 5));
         input.extend_from_slice(b"mdone");
         let ev = run(&[&input]);
         assert_eq!(text_of(&ev).as_bytes(), &input[..]);
