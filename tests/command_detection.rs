@@ -260,3 +260,20 @@ async fn no_shell_integration_flag() {
     let snap = c.subscribe(&uri).await.expect("subscribe");
     assert_eq!(terminal_state(&snap).supports_command_detection, None);
 }
+
+/// Programs started from the shell cannot learn the nonce: it arrives in a one-shot file that
+/// the script deletes before the user's startup files run, so even the shell's original
+/// environment (`/proc/<pid>/environ`) only names a file that is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_nonce_is_not_readable_by_programs() {
+    let daemon = Daemon::start();
+    let mut c = Ahp::connect(&daemon.url(), "nonce-client", &[]).await;
+    let uri = term_uri("nonce");
+    c.create_terminal(&uri, json!({})).await.expect("create");
+    c.subscribe_terminal(&uri).await;
+    let probe = r#"f=$(tr '\0' '\n' < /proc/$$/environ | sed -n 's/^AHPTY_SI_NONCE_FILE=//p'); if [ -n "$f" ] && [ ! -e "$f" ] && ! tr '\0' '\n' < /proc/$$/environ | grep -q '^AHPTY_SI_NONCE=' && ! env | grep -q AHPTY_SI; then echo nonce-safe-$((1+1)); fi"#;
+    let (_, line, code) = run(&mut c, &uri, probe).await;
+    assert_eq!(line, probe);
+    assert_eq!(code, Some(0));
+    c.wait_data(&uri, "nonce-safe-2", SHELL_TIMEOUT).await;
+}

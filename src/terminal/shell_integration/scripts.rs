@@ -12,9 +12,11 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-/// Environment variable carrying the terminal's nonce to the script; the script copies it into
-/// a shell variable and unsets it, so programs started from the shell do not see it.
-pub const NONCE_ENV: &str = "AHPTY_SI_NONCE";
+/// Environment variable naming a one-shot file holding the terminal's nonce; the script reads
+/// the file into a shell variable, deletes it and unsets the variable before running any of the
+/// user's startup files, so programs started from the shell cannot learn the nonce from the
+/// environment or the file.
+pub const NONCE_ENV: &str = "AHPTY_SI_NONCE_FILE";
 /// zsh: the user's own ZDOTDIR (set only if the daemon's environment had one; the scripts
 /// default to `$HOME`).
 pub const USER_ZDOTDIR_ENV: &str = "USER_ZDOTDIR";
@@ -93,7 +95,10 @@ pub fn prepare_with_env(
     };
     let dir = script_dir()?;
     let mut inj = Injection::default();
-    inj.env.push((NONCE_ENV.into(), nonce.into()));
+    inj.env.push((
+        NONCE_ENV.into(),
+        write_nonce_file(&dir, nonce)?.into_os_string(),
+    ));
     match kind {
         ShellKind::Bash => {
             inj.args.push("--rcfile".into());
@@ -123,6 +128,21 @@ pub fn prepare_with_env(
         }
     }
     Ok(inj)
+}
+
+/// Writes `nonce` to a fresh file (mode 0600) in the private script directory and returns its
+/// path. The script reads and deletes it first thing, before any of the user's startup files
+/// run: a nonce passed in the environment would stay readable in `/proc/<shell>/environ` by
+/// every program the shell starts.
+fn write_nonce_file(dir: &Path, nonce: &str) -> io::Result<PathBuf> {
+    let path = dir.join(format!("nonce-{}", new_nonce()));
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)?;
+    file.write_all(nonce.as_bytes())?;
+    Ok(path)
 }
 
 static SCRIPT_DIR: Mutex<Option<PathBuf>> = Mutex::new(None);
@@ -218,7 +238,15 @@ mod tests {
         assert_eq!(inj.args[2], "-i");
         let rc = PathBuf::from(&inj.args[1]);
         assert_eq!(fs::read_to_string(&rc).unwrap(), BASH_RC);
-        assert!(inj.env.contains(&(NONCE_ENV.into(), "abc".into())));
+        let (_, nonce_file) = inj
+            .env
+            .iter()
+            .find(|(k, _)| k == NONCE_ENV)
+            .expect("nonce file variable");
+        assert_eq!(fs::read_to_string(nonce_file).unwrap(), "abc");
+        use std::os::unix::fs::PermissionsExt;
+        let mode = fs::metadata(nonce_file).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
         let dir = script_dir().unwrap();
         assert!(rc.starts_with(&dir));
         let mode = fs::metadata(&dir).unwrap().permissions().mode() & 0o777;

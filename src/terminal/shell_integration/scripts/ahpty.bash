@@ -5,6 +5,14 @@
 # Marks: A/B around PS1, E;<cmdline>;<nonce> and C from PS0, D;<status> and P;Cwd=<dir> from
 # PROMPT_COMMAND. Everything here tolerates `set -u` and leaves $? as the user's command set it.
 
+# The nonce comes in a one-shot file: read and delete it before anything else runs, so no
+# program started from this shell can learn it (a variable would stay in /proc/PID/environ).
+if [ -n "${AHPTY_SI_NONCE_FILE-}" ]; then
+    IFS= read -r __ahpty_nonce < "$AHPTY_SI_NONCE_FILE" || [ -n "${__ahpty_nonce-}" ]
+    command rm -f -- "$AHPTY_SI_NONCE_FILE"
+fi
+unset AHPTY_SI_NONCE_FILE
+
 # Startup files bash would have read without --rcfile. Debian-style builds read
 # /etc/bash.bashrc themselves even with --rcfile; only source it when PS1 still has bash's
 # built-in default (i.e. it has not been read).
@@ -15,10 +23,8 @@ if [ -r "${HOME-}/.bashrc" ]; then
     . "${HOME-}/.bashrc"
 fi
 
-if [ -z "${__ahpty_loaded-}" ] && [ -n "${AHPTY_SI_NONCE-}" ]; then
+if [ -z "${__ahpty_loaded-}" ] && [ -n "${__ahpty_nonce-}" ]; then
 __ahpty_loaded=1
-__ahpty_nonce=$AHPTY_SI_NONCE
-unset AHPTY_SI_NONCE
 __ahpty_ran=0
 __ahpty_zero=
 __ahpty_hnext=

@@ -14,10 +14,16 @@ if set -q AHPTY_SI_XDG_DATA_DIRS
     set -e AHPTY_SI_XDG_DATA_DIRS
 end
 
-if status is-interactive; and set -q AHPTY_SI_NONCE; and not set -q __ahpty_loaded
+# The nonce comes in a one-shot file: read and delete it at once, so no program started from
+# this shell can learn it (a variable would stay in /proc/PID/environ).
+if set -q AHPTY_SI_NONCE_FILE
+    read -g __ahpty_nonce < $AHPTY_SI_NONCE_FILE
+    command rm -f -- $AHPTY_SI_NONCE_FILE
+    set -e AHPTY_SI_NONCE_FILE
+end
+
+if status is-interactive; and set -q __ahpty_nonce; and test -n "$__ahpty_nonce"; and not set -q __ahpty_loaded
     set -g __ahpty_loaded 1
-    set -g __ahpty_nonce $AHPTY_SI_NONCE
-    set -e AHPTY_SI_NONCE
     set -g __ahpty_ran 0
 
     # Print $argv[1] escaped: \ -> \\, ';' and chars <= 0x20 (and DEL) -> \xHH.

@@ -4,6 +4,14 @@
 # place, then puts this directory back so zsh reads the next wrapper file. .zshrc adds the hooks.
 # The user's files are never modified; child shells get the user's ZDOTDIR back.
 
+# The nonce comes in a one-shot file: read and delete it before anything else runs, so no
+# program started from this shell can learn it (a variable would stay in /proc/PID/environ).
+if [[ -n ${AHPTY_SI_NONCE_FILE-} ]]; then
+    typeset -g __ahpty_nonce="$(<$AHPTY_SI_NONCE_FILE)"
+    command rm -f -- $AHPTY_SI_NONCE_FILE
+fi
+unset AHPTY_SI_NONCE_FILE
+
 __ahpty_zdotdir=$ZDOTDIR
 if [[ -n ${USER_ZDOTDIR+x} ]]; then
     ZDOTDIR=$USER_ZDOTDIR

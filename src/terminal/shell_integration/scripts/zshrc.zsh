@@ -14,10 +14,8 @@ else
     __ahpty_restore_zdotdir
 fi
 
-if [[ -z ${__ahpty_loaded-} && -n ${AHPTY_SI_NONCE-} ]]; then
+if [[ -z ${__ahpty_loaded-} && -n ${__ahpty_nonce-} ]]; then
     typeset -g __ahpty_loaded=1
-    typeset -g __ahpty_nonce=$AHPTY_SI_NONCE
-    unset AHPTY_SI_NONCE
     typeset -g __ahpty_ran=0 __ahpty_status=0 __ahpty_ps1=
 
     # Escape $1 into REPLY: \ -> \\, ';' and chars <= 0x20 (and DEL) -> \xHH.
