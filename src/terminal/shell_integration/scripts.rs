@@ -244,7 +244,6 @@ mod tests {
             .find(|(k, _)| k == NONCE_ENV)
             .expect("nonce file variable");
         assert_eq!(fs::read_to_string(nonce_file).unwrap(), "abc");
-        use std::os::unix::fs::PermissionsExt;
         let mode = fs::metadata(nonce_file).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
         let dir = script_dir().unwrap();
