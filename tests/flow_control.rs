@@ -381,8 +381,21 @@ async fn input_beyond_the_queue_bound_is_rejected_to_the_dispatcher_only() {
     let line = format!("{}\r", "x".repeat(99));
     let chunk = line.repeat(MB / line.len());
     let mut seqs = Vec::new();
+    // One input at a time, both clients reading each answer: a client that let megabytes of
+    // echoes pile up unread would hit the per-connection hard limit instead (tests/limits.rs).
     for _ in 0..12 {
-        seqs.push(a.input(&t, &chunk).await);
+        let seq = a.input(&t, &chunk).await;
+        seqs.push(seq);
+        let is_this = move |e: &Value| {
+            e["origin"]["clientId"] == "typist" && e["origin"]["clientSeq"].as_i64() == Some(seq)
+        };
+        let answer = a
+            .wait_envelope(&t, "terminal/input", Duration::from_secs(30), is_this)
+            .await;
+        if answer["rejectionReason"].is_null() {
+            b.wait_envelope(&t, "terminal/input", Duration::from_secs(30), is_this)
+                .await;
+        }
     }
     // A marker after the inputs (not an input: the input queue may be full).
     a.dispatch(

@@ -7,7 +7,7 @@ use ahp_types::state::{TerminalClaim, TerminalLifecycleState};
 use serde_json::Value;
 
 use super::channel::{self, ChannelKind};
-use super::{validate, ConnId, Host, Inner};
+use super::{outbox, validate, ConnId, Host, Inner};
 use crate::rpc::frame;
 use crate::terminal;
 
@@ -75,6 +75,20 @@ impl Inner {
             StateAction::TerminalInput(input) => {
                 if matches!(t.state.lifecycle, TerminalLifecycleState::Exited(_)) {
                     self.reject(conn, uri, raw, origin, "terminal has exited".into());
+                    return;
+                }
+                if let Some(queued) = t
+                    .subscribers
+                    .iter()
+                    .filter_map(|c| self.connections.get(c))
+                    .map(|c| c.outbox.queued_bytes())
+                    .find(|&q| q >= outbox::HARD_LIMIT_BYTES)
+                {
+                    let reason = format!(
+                        "input refused: a subscriber of this terminal is not reading its output \
+                         ({queued} bytes queued); retry once it catches up or is disconnected"
+                    );
+                    self.reject(conn, uri, raw, origin, reason);
                     return;
                 }
                 if !t.process.input_fits(input.data.len()) {

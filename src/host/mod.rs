@@ -67,6 +67,8 @@ struct Inner {
     seen_clients: HashSet<String>,
     /// URIs whose `createTerminal` is spawning the process.
     reserved: HashSet<String>,
+    /// Most subscriptions per connection (`--max-subscriptions`).
+    max_subscriptions: usize,
     connections: HashMap<ConnId, ConnEntry>,
     next_conn: ConnId,
     next_terminal: u64,
@@ -115,6 +117,7 @@ impl Host {
                 clients: HashMap::new(),
                 seen_clients: HashSet::new(),
                 reserved: HashSet::new(),
+                max_subscriptions: config.max_subscriptions,
                 connections: HashMap::new(),
                 next_conn: 1,
                 next_terminal: 1,
@@ -208,16 +211,7 @@ impl Host {
         respond: impl FnOnce(Result<Snapshot, RpcError>) -> String,
     ) {
         let mut inner = self.lock();
-        let result = if inner.subscription_count(conn) >= self.config.max_subscriptions
-            && !inner.is_subscribed(conn, channel)
-        {
-            Err(RpcError::internal(format!(
-                "subscription limit reached: a connection may hold at most {} subscriptions",
-                self.config.max_subscriptions
-            )))
-        } else {
-            inner.subscribe(conn, channel)
-        };
+        let result = inner.subscribe(conn, channel);
         let text = respond(result);
         inner.send(conn, text);
     }
@@ -334,7 +328,28 @@ impl Inner {
     }
 
     /// Adds a subscriber to an existing channel (no snapshot).
+    /// Whether `conn` is still registered and may hold one more subscription (re-subscribing to
+    /// a channel it already has is always allowed).
+    fn check_room(&self, conn: ConnId, channel: &str) -> Result<(), RpcError> {
+        if !self.connections.contains_key(&conn) {
+            return Err(RpcError::internal("this connection is closing"));
+        }
+        if self.subscription_count(conn) >= self.max_subscriptions
+            && !self.is_subscribed(conn, channel)
+        {
+            return Err(RpcError::internal(format!(
+                "subscription limit reached: a connection may hold at most {} subscriptions \
+                 (--max-subscriptions)",
+                self.max_subscriptions
+            )));
+        }
+        Ok(())
+    }
+
     fn add_subscriber(&mut self, conn: ConnId, uri: &str) {
+        if self.check_room(conn, uri).is_err() {
+            return;
+        }
         if uri == channel::ROOT {
             self.root_subscribers.insert(conn);
         } else if let Some(t) = self.terminals.get_mut(uri) {
@@ -355,7 +370,11 @@ impl Inner {
         })
     }
 
+    /// Subscribes `conn` to an existing channel and returns its snapshot. Errors: see
+    /// [`Host::subscribe`]; also -32603 when the connection is at its subscription limit or
+    /// is gone (e.g. superseded by a reconnect).
     fn subscribe(&mut self, conn: ConnId, channel: &str) -> Result<Snapshot, RpcError> {
+        self.check_room(conn, channel)?;
         match channel::classify(channel) {
             ChannelKind::Root => {
                 self.root_subscribers.insert(conn);

@@ -23,6 +23,11 @@ pub const HIGH_WATERMARK_BYTES: usize = 1024 * 1024;
 /// Queued bytes under which a congested connection lets paused terminals resume.
 pub const LOW_WATERMARK_BYTES: usize = 256 * 1024;
 
+/// Queued bytes at which a connection's socket is no longer read at all, and input to the
+/// terminals it watches is refused: output is paused at the high watermark, so only echoes of
+/// other clients' input (or answers to its own requests) can push a queue this far.
+pub const HARD_LIMIT_BYTES: usize = 4 * 1024 * 1024;
+
 /// One message for the socket.
 #[derive(Debug, Clone)]
 pub enum Outgoing {

@@ -64,7 +64,9 @@ impl Host {
             if live.contains(uri) || missing.contains(uri) {
                 continue;
             }
-            if uri == channel::ROOT || inner.terminals.contains_key(uri) {
+            // Channels beyond the subscription limit are treated as missing.
+            let exists = uri == channel::ROOT || inner.terminals.contains_key(uri);
+            if exists && live.len() < inner.max_subscriptions {
                 live.push(uri.clone());
             } else {
                 missing.push(uri.clone());

@@ -37,8 +37,9 @@ impl Host {
     /// `createTerminal` (notes §9.5): validates, spawns the shell on a new pty, registers the
     /// terminal and emits `root/terminalsChanged` before returning.
     ///
-    /// Errors: -32602 (channel, claim, cwd form, size), -32010 (URI exists), -32008 (cwd
-    /// missing), -32603 (the shell cannot be started; nothing is left registered).
+    /// Errors: -32602 (channel, claim, cwd form, size, a `name` over 4096 characters), -32010
+    /// (URI exists), -32008 (cwd missing), -32603 (the shell cannot be started — nothing is
+    /// left registered —, the terminal limit, or a connection that is closing).
     pub async fn create_terminal(
         self: &Arc<Self>,
         conn: ConnId,
@@ -54,6 +55,14 @@ impl Host {
         let cols = size_param("cols", params.cols, 80)?;
         let rows = size_param("rows", params.rows, 24)?;
         let shell = self.config.shell.clone();
+        if let Some(name) = &params.name {
+            if name.chars().count() > validate::MAX_TITLE_CHARS {
+                return Err(RpcError::invalid_params(format!(
+                    "name: longer than {} characters",
+                    validate::MAX_TITLE_CHARS
+                )));
+            }
+        }
         let title = params.name.clone().unwrap_or_else(|| shell_name(&shell));
         let holder = {
             let mut inner = self.lock();
@@ -70,11 +79,14 @@ impl Host {
                     self.config.max_terminals
                 )));
             }
-            let me = inner
+            // A connection superseded by a reconnect may still be finishing a request.
+            let Some(me) = inner
                 .connections
                 .get(&conn)
                 .and_then(|c| c.client_id.clone())
-                .unwrap_or_default();
+            else {
+                return Err(RpcError::internal("this connection is closing"));
+            };
             inner.reserved.insert(uri.clone());
             match &claim {
                 TerminalClaim::Client(c) => c.client_id.clone(),

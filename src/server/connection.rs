@@ -29,7 +29,7 @@ use tokio_tungstenite::WebSocketStream;
 use super::auth::redacted_target;
 use super::upgrade::{Refusal, UpgradePolicy};
 use crate::config::Config;
-use crate::host::outbox::{HIGH_WATERMARK_BYTES, LOW_WATERMARK_BYTES};
+use crate::host::outbox::{HARD_LIMIT_BYTES, HIGH_WATERMARK_BYTES, LOW_WATERMARK_BYTES};
 use crate::host::{Host, OutboxReceiver, Outgoing};
 use crate::rpc::error::RpcError;
 use crate::rpc::frame::{self, Incoming};
@@ -263,7 +263,8 @@ where
         // answers), its requests are held back until the queue is under the low watermark —
         // except `ping` and, when nothing is held back, `dispatchAction`/`unsubscribe`, so
         // input such as Ctrl-C never waits behind output. Once MAX_DEFERRED_FRAMES are held
-        // back the socket is not read at all. A peer that keeps draining its queue counts as
+        // back, or the queue reaches HARD_LIMIT_BYTES (only echoes of input can push it there:
+        // output is paused at the high watermark), the socket is not read at all. A peer that keeps draining its queue counts as
         // alive for the ping check; one that does not is closed by the stall timeout.
         let queued = outbox.queued_bytes();
         if !paused && queued > HIGH_WATERMARK_BYTES {
@@ -286,7 +287,8 @@ where
                 continue;
             }
         }
-        let can_read = deferred.len() < MAX_DEFERRED_FRAMES;
+        let can_read =
+            deferred.len() < MAX_DEFERRED_FRAMES && outbox.queued_bytes() < HARD_LIMIT_BYTES;
         tokio::select! {
             _ = tokio::time::sleep(INPUT_PAUSE_POLL), if paused && (!deferred.is_empty() || !can_read) => continue,
             message = source.next(), if can_read => {
@@ -309,9 +311,18 @@ where
                     Some(Ok(_)) => continue, // ping/pong are answered by tungstenite
                     Some(Err(e)) => {
                         tracing::debug!(%peer, conn, error = %e, "connection error");
-                        // e.g. a message over the size limit: tell the peer why.
-                        if let tokio_tungstenite::tungstenite::Error::Capacity(c) = &e {
-                            close_after_flush(&outbox, &mut writer, 1009, format!("{c}")).await;
+                        // Tell the peer why, with the RFC 6455 close code: 1009 for a message
+                        // over the size limit, 1007 for invalid UTF-8 in a text frame, 1002 for
+                        // other protocol violations.
+                        use tokio_tungstenite::tungstenite::Error as WsError;
+                        let code = match &e {
+                            WsError::Capacity(_) => Some(1009),
+                            WsError::Utf8(_) => Some(1007),
+                            WsError::Protocol(_) => Some(1002),
+                            _ => None,
+                        };
+                        if let Some(code) = code {
+                            close_after_flush(&outbox, &mut writer, code, e.to_string()).await;
                             writer_done = true;
                         }
                         break;

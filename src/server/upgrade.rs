@@ -84,7 +84,8 @@ impl UpgradePolicy {
 
     /// `Ok` to accept the upgrade, or the refusal.
     pub fn check(&self, request: &Request) -> Result<(), Refusal> {
-        if let Some(origin) = request.headers().get(http::header::ORIGIN) {
+        // Every copy of a repeated header is checked, not just the first.
+        for origin in request.headers().get_all(http::header::ORIGIN) {
             let origin = origin
                 .to_str()
                 .map_err(|_| Refusal::forbidden("Origin header is not valid text"))?;
@@ -96,13 +97,22 @@ impl UpgradePolicy {
             }
         }
         if self.check_host {
-            if let Some(host) = request.headers().get(http::header::HOST) {
+            for host in request.headers().get_all(http::header::HOST) {
                 let host = host
                     .to_str()
                     .map_err(|_| Refusal::forbidden("Host header is not valid text"))?;
                 if !is_loopback_host(host) {
                     return Err(Refusal::forbidden(format!(
                         "Host {host:?} is not a loopback name or address"
+                    )));
+                }
+            }
+            // An absolute-form request target (`GET http://name/ …`) names a host too.
+            if let Some(authority) = request.uri().authority() {
+                if !is_loopback_host(authority.as_str()) {
+                    return Err(Refusal::forbidden(format!(
+                        "request target host {:?} is not a loopback name or address",
+                        authority.as_str()
                     )));
                 }
             }
@@ -190,6 +200,31 @@ mod tests {
             b = b.header(*k, *v);
         }
         b.body(()).unwrap()
+    }
+
+    #[test]
+    fn repeated_headers_and_absolute_targets() {
+        let listen_loopback = true;
+        let p = UpgradePolicy::new(&[], listen_loopback, None);
+        let mut b = Request::builder().uri("/");
+        b = b.header("Origin", "vscode-file://vscode-app");
+        b = b.header("Origin", "https://evil.example");
+        assert!(p.check(&b.body(()).unwrap()).is_err());
+        let mut b = Request::builder().uri("/");
+        b = b.header("Host", "localhost");
+        b = b.header("Host", "attacker.example");
+        assert!(p.check(&b.body(()).unwrap()).is_err());
+        let r = Request::builder()
+            .uri("http://attacker.example/?tkn=x")
+            .header("Host", "localhost")
+            .body(())
+            .unwrap();
+        assert!(p.check(&r).is_err());
+        let r = Request::builder()
+            .uri("http://127.0.0.1:8765/")
+            .body(())
+            .unwrap();
+        assert!(p.check(&r).is_ok());
     }
 
     #[test]
