@@ -103,7 +103,7 @@ async fn terminal_names_are_capped_like_titles() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn subscription_limit_binds_initialize_and_reconnect() {
     let daemon = Daemon::start_with(&["--max-subscriptions", "2"]);
-    let mut owner = Ahp::connect(&daemon.url(), "owner", &[]).await;
+    let owner = Ahp::connect(&daemon.url(), "owner", &[]).await;
     let uris: Vec<String> = (0..4).map(|i| term_uri(&format!("lim{i}"))).collect();
     for u in &uris {
         owner.create_terminal(u, json!({})).await.expect("create");
