@@ -13,10 +13,11 @@ use ahp_types::commands::{
     InitializeResult, ReconnectParams, SubscribeParams, SubscribeResult, UnsubscribeParams,
 };
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
 use super::error::RpcError;
-use super::frame::{self, Incoming};
+use super::frame::{self, Incoming, RequestId};
 use super::params;
 use crate::host::channel::{self, ChannelKind};
 use crate::host::{ConnId, Host, Outbox};
@@ -83,7 +84,7 @@ impl RpcConnection {
         }
     }
 
-    fn reply(&self, id: &Value, result: Result<Value, RpcError>) {
+    fn reply(&self, id: &RawValue, result: Result<Value, RpcError>) {
         let text = match result {
             Ok(v) => frame::success(id, v),
             Err(e) => frame::error(id, &e),
@@ -118,7 +119,7 @@ impl RpcConnection {
         Ok(())
     }
 
-    async fn request(&mut self, id: Value, method: &str, params: Value) -> Flow {
+    async fn request(&mut self, id: RequestId, method: &str, params: Value) -> Flow {
         match method {
             "ping" => {
                 self.reply(&id, Ok(Value::Null));
@@ -169,7 +170,7 @@ impl RpcConnection {
         Flow::Continue
     }
 
-    fn initialize(&mut self, id: Value, params: Value) -> Flow {
+    fn initialize(&mut self, id: RequestId, params: Value) -> Flow {
         if self.initialized {
             self.reply(
                 &id,
@@ -240,7 +241,7 @@ impl RpcConnection {
 
     /// `reconnect {clientId, lastSeenServerSeq, subscriptions}`; a missing `channel` is
     /// tolerated (some VS Code builds omit it). The connection counts as initialized after it.
-    fn reconnect(&mut self, id: Value, mut params: Value) {
+    fn reconnect(&mut self, id: RequestId, mut params: Value) {
         if let Value::Object(m) = &mut params {
             m.entry("channel")
                 .or_insert_with(|| Value::String(channel::ROOT.into()));
@@ -259,7 +260,7 @@ impl RpcConnection {
         );
     }
 
-    fn subscribe(&mut self, id: Value, params: Value) {
+    fn subscribe(&mut self, id: RequestId, params: Value) {
         let p: SubscribeParams = match params::decode(&params) {
             Ok(p) => p,
             Err(e) => return self.reply(&id, Err(e)),
@@ -276,7 +277,7 @@ impl RpcConnection {
             });
     }
 
-    async fn create_terminal(&mut self, id: Value, params: Value) {
+    async fn create_terminal(&mut self, id: RequestId, params: Value) {
         let p: CreateTerminalParams = match params::decode(&params) {
             Ok(p) => p,
             Err(e) => return self.reply(&id, Err(e)),
@@ -292,7 +293,7 @@ impl RpcConnection {
         self.reply(&id, result.map(|()| Value::Null));
     }
 
-    fn dispose_terminal(&mut self, id: Value, params: Value) {
+    fn dispose_terminal(&mut self, id: RequestId, params: Value) {
         let p: DisposeTerminalParams = match params::decode(&params) {
             Ok(p) => p,
             Err(e) => return self.reply(&id, Err(e)),

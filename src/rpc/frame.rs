@@ -1,23 +1,51 @@
 //! JSON-RPC 2.0 framing: one message per WebSocket frame.
 //!
-//! Incoming frames are parsed as raw JSON so that request ids are echoed exactly as received
-//! (numbers and strings; the typed `ahp-types` message enum would drop string ids). Outgoing
+//! Incoming frames are parsed as raw JSON so that request ids are echoed exactly as received —
+//! strings, and numbers byte for byte (`1e2` stays `1e2`, a 30-digit number is not rounded);
+//! the typed `ahp-types` message enum would drop string ids. Outgoing
 //! messages reuse the `ahp-types` version and error types. Touches no state.
 
 use ahp_types::actions::ActionEnvelope;
 use ahp_types::messages::{JsonRpcError, JsonRpcVersion};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::error::RpcError;
 
+/// A request id, kept as the exact JSON text the peer sent (a number or a string, or `null`
+/// when unknown).
+pub type RequestId = Box<RawValue>;
+
+/// The id of an answer to a message whose id could not be read.
+pub fn null_id() -> RequestId {
+    RawValue::NULL.to_owned()
+}
+
+/// Reads `id` from the frame's text without interpreting it.
+#[derive(Deserialize)]
+struct RawId<'a> {
+    #[serde(borrow, default)]
+    id: Option<&'a RawValue>,
+}
+
+/// The id's exact text, falling back to re-encoding `value` (e.g. with duplicate `id` keys).
+fn exact_id(text: &str, value: &Value) -> RequestId {
+    serde_json::from_str::<RawId>(text)
+        .ok()
+        .and_then(|r| r.id)
+        .map(RawValue::to_owned)
+        .or_else(|| serde_json::value::to_raw_value(value).ok())
+        .unwrap_or_else(null_id)
+}
+
 /// One parsed incoming message.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub enum Incoming {
     /// A request: must be answered with the same `id`.
     Request {
         /// The id exactly as received (number or string).
-        id: Value,
+        id: RequestId,
         /// Method name.
         method: String,
         /// Params object (`{}` when absent).
@@ -35,7 +63,7 @@ pub enum Incoming {
     /// Malformed: answer with `error` under `id` (`null` when the id is unknown).
     Invalid {
         /// The id if one could be read, else `null`.
-        id: Value,
+        id: RequestId,
         /// -32700 or -32600.
         error: RpcError,
     },
@@ -50,7 +78,7 @@ pub fn parse(text: &str) -> Incoming {
         Ok(v) => v,
         Err(e) => {
             return Incoming::Invalid {
-                id: Value::Null,
+                id: null_id(),
                 error: RpcError::parse_error(format!("parse error: {e}")),
             }
         }
@@ -62,15 +90,15 @@ pub fn parse(text: &str) -> Incoming {
             "a JSON-RPC message must be a JSON object"
         };
         return Incoming::Invalid {
-            id: Value::Null,
+            id: null_id(),
             error: RpcError::invalid_request(what),
         };
     };
     let id = obj.remove("id");
     let id_ok = matches!(&id, None | Some(Value::Number(_)) | Some(Value::String(_)));
     let echo_id = match &id {
-        Some(v @ (Value::Number(_) | Value::String(_))) => v.clone(),
-        _ => Value::Null,
+        Some(v @ (Value::Number(_) | Value::String(_))) => exact_id(text, v),
+        _ => null_id(),
     };
     if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
         return Incoming::Invalid {
@@ -80,7 +108,7 @@ pub fn parse(text: &str) -> Incoming {
     }
     if !id_ok {
         return Incoming::Invalid {
-            id: Value::Null,
+            id: null_id(),
             error: RpcError::invalid_request("\"id\" must be a number or a string"),
         };
     }
@@ -111,7 +139,11 @@ pub fn parse(text: &str) -> Incoming {
         }
     };
     match id {
-        Some(id) => Incoming::Request { id, method, params },
+        Some(_) => Incoming::Request {
+            id: echo_id,
+            method,
+            params,
+        },
         None => Incoming::Notification { method, params },
     }
 }
@@ -119,14 +151,14 @@ pub fn parse(text: &str) -> Incoming {
 #[derive(Serialize)]
 struct SuccessResponse<'a, R: Serialize> {
     jsonrpc: JsonRpcVersion,
-    id: &'a Value,
+    id: &'a RawValue,
     result: R,
 }
 
 #[derive(Serialize)]
 struct ErrorResponse<'a> {
     jsonrpc: JsonRpcVersion,
-    id: &'a Value,
+    id: &'a RawValue,
     error: JsonRpcError,
 }
 
@@ -138,7 +170,7 @@ struct Notification<'a, P: Serialize> {
 }
 
 /// `{"jsonrpc":"2.0","id":<id>,"result":<result>}`.
-pub fn success(id: &Value, result: impl Serialize) -> String {
+pub fn success(id: &RawValue, result: impl Serialize) -> String {
     let msg = SuccessResponse {
         jsonrpc: JsonRpcVersion::V2,
         id,
@@ -153,7 +185,7 @@ pub fn success(id: &Value, result: impl Serialize) -> String {
 }
 
 /// `{"jsonrpc":"2.0","id":<id>,"error":{code,message,data?}}`.
-pub fn error(id: &Value, err: &RpcError) -> String {
+pub fn error(id: &RawValue, err: &RpcError) -> String {
     let msg = ErrorResponse {
         jsonrpc: JsonRpcVersion::V2,
         id,
@@ -180,23 +212,29 @@ pub fn action(envelope: &ActionEnvelope) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     #[test]
     fn ids_are_echoed_verbatim() {
         for id in [
-            json!(1),
-            json!("a-1"),
-            json!(18446744073709551615u64),
-            json!(-3),
+            "1",
+            "\"a-1\"",
+            "18446744073709551615",
+            "-3",
+            "1e2",
+            "-0",
+            "123456789012345678901234567890",
+            "1.50",
+            "\"\\u00e9\"",
         ] {
-            let text = json!({"jsonrpc":"2.0","id":id,"method":"ping"}).to_string();
+            let text = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#);
             match parse(&text) {
                 Incoming::Request { id: got, .. } => {
-                    assert_eq!(got, id);
-                    let out: Value = serde_json::from_str(&success(&got, ())).unwrap();
-                    assert_eq!(out["id"], id);
-                    assert_eq!(out["result"], Value::Null);
+                    assert_eq!(got.get(), id);
+                    let out = success(&got, ());
+                    assert_eq!(
+                        out,
+                        format!(r#"{{"jsonrpc":"2.0","id":{id},"result":null}}"#)
+                    );
                 }
                 other => panic!("{other:?}"),
             }
@@ -231,9 +269,9 @@ mod tests {
             parse(r#"{"jsonrpc":"2.0","method":"unsubscribe","params":{"channel":"x:/1"}}"#),
             Incoming::Notification { .. }
         ));
-        assert_eq!(
+        assert!(matches!(
             parse(r#"{"jsonrpc":"2.0","id":1,"result":null}"#),
             Incoming::Response
-        );
+        ));
     }
 }

@@ -34,6 +34,7 @@ use crate::host::{Host, OutboxReceiver, Outgoing};
 use crate::rpc::error::RpcError;
 use crate::rpc::frame::{self, Incoming};
 use crate::rpc::{Flow, RpcConnection};
+use serde_json::value::RawValue;
 
 /// Default time a socket gets to complete the WebSocket upgrade
 /// ([`Config::handshake_timeout`] overrides it).
@@ -301,7 +302,7 @@ where
                         Ok(text) => text,
                         Err(_) => {
                             outbox.send(frame::error(
-                                &serde_json::Value::Null,
+                                RawValue::NULL,
                                 &RpcError::parse_error("binary frame is not valid UTF-8 JSON"),
                             ));
                             continue;
