@@ -100,26 +100,6 @@ async fn sigterm_closes_connections_with_1001_and_kills_shells() {
     );
 }
 
-async fn upgrade_status(url: &str, headers: &[(&str, &str)]) -> Result<(), u16> {
-    let mut req = url.into_client_request().unwrap();
-    for (k, v) in headers {
-        req.headers_mut().insert(
-            http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
-            http::HeaderValue::from_str(v).unwrap(),
-        );
-    }
-    match tokio::time::timeout(RPC_TIMEOUT, tokio_tungstenite::connect_async(req))
-        .await
-        .expect("upgrade timed out")
-    {
-        Ok((mut ws, _)) => {
-            let _ = ws.close(None).await;
-            Ok(())
-        }
-        Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => Err(resp.status().as_u16()),
-        Err(e) => panic!("unexpected upgrade error: {e}"),
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn origin_and_host_checks() {

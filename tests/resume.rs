@@ -30,13 +30,8 @@ fn typed_result(resp: &Value) -> ReconnectResult {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replay_after_socket_killed_mid_flood_has_no_gap_and_no_duplicate() {
     let d = Daemon::start_with(&["--history-bytes", BIG, "--scrollback-bytes", BIG]);
-    let (mut a, _) = Raw::connect_init(&d.url(), "flood-a", &[ROOT]).await;
-    let (mut obs, _) = Raw::connect_init(&d.url(), "flood-obs", &[]).await;
-    let t = term_uri("flood");
-    raw_create(&mut a, &t, client_claim("flood-a")).await;
-    let (_, obs_snap) = raw_subscribe(&mut obs, &t).await;
-    let (_, a_snap) = raw_subscribe(&mut a, &t).await;
-    a.ready(&t).await;
+    let (mut a, mut obs, t, a_snap, obs_snap) =
+        owner_and_observer(&d.url(), "flood-a", "flood").await;
     // The second half starts 2 s after the first: it is certainly produced after the
     // reconnect, so the resumed connection gets both replayed and live output.
     a.type_text(
@@ -145,13 +140,7 @@ async fn replay_after_socket_killed_mid_flood_has_no_gap_and_no_duplicate() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn history_exceeded_answers_snapshot_and_fold_matches_fresh_snapshot() {
     let d = Daemon::start_with(&["--history-bytes", "65536", "--scrollback-bytes", BIG]);
-    let (mut a, _) = Raw::connect_init(&d.url(), "snap-a", &[ROOT]).await;
-    let (mut obs, _) = Raw::connect_init(&d.url(), "snap-obs", &[]).await;
-    let t = term_uri("snap");
-    raw_create(&mut a, &t, client_claim("snap-a")).await;
-    raw_subscribe(&mut obs, &t).await;
-    raw_subscribe(&mut a, &t).await;
-    a.ready(&t).await;
+    let (mut a, mut obs, t, _, _) = owner_and_observer(&d.url(), "snap-a", "snap").await;
     a.type_text(
         &t,
         "seq 1 100000; sleep 1; seq 100001 200000; echo END-$((1+1))\r",
@@ -402,13 +391,7 @@ async fn replay_is_exact_for_listed_channels_and_own_rejections() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reconnect_supersedes_an_open_connection_with_close_4000() {
     let d = Daemon::start_with(&["--history-bytes", BIG]);
-    let (mut old, _) = Raw::connect_init(&d.url(), "twice", &[ROOT]).await;
-    let (mut obs, _) = Raw::connect_init(&d.url(), "twice-obs", &[]).await;
-    let t = term_uri("twice");
-    raw_create(&mut old, &t, client_claim("twice")).await;
-    raw_subscribe(&mut old, &t).await;
-    raw_subscribe(&mut obs, &t).await;
-    old.ready(&t).await;
+    let (mut old, mut obs, t, _, _) = owner_and_observer(&d.url(), "twice", "twice").await;
     // Continuous output around the reconnect.
     old.type_text(
         &t,

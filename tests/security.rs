@@ -191,28 +191,6 @@ fn open_fds(pid: i32) -> usize {
 
 // ─── Upgrade helpers ────────────────────────────────────────────────────────────────────
 
-/// Tries the WebSocket upgrade at `url` with extra headers: `Ok` if upgraded (then closed),
-/// else the HTTP status.
-async fn upgrade(url: &str, headers: &[(&str, &str)]) -> Result<(), u16> {
-    let mut req = url.into_client_request().unwrap();
-    for (k, v) in headers {
-        req.headers_mut().insert(
-            http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
-            http::HeaderValue::from_str(v).unwrap(),
-        );
-    }
-    match tokio::time::timeout(RPC_TIMEOUT, tokio_tungstenite::connect_async(req))
-        .await
-        .expect("upgrade timed out")
-    {
-        Ok((mut ws, _)) => {
-            let _ = ws.close(None).await;
-            Ok(())
-        }
-        Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => Err(resp.status().as_u16()),
-        Err(e) => panic!("unexpected upgrade error: {e}"),
-    }
-}
 
 /// Sends one request over any WebSocket and returns its response (skipping notifications).
 async fn ws_request<S>(
@@ -269,46 +247,46 @@ async fn generated_token_is_printed_once_and_required() {
     let bearer = format!("Bearer {token}");
 
     // Refusals, all before the upgrade.
-    assert_eq!(upgrade(&base, &[]).await, Err(401), "no token");
+    assert_eq!(upgrade_status(&base, &[]).await, Err(401), "no token");
     assert_eq!(
-        upgrade(&format!("{base}/?tkn={wrong}"), &[]).await,
+        upgrade_status(&format!("{base}/?tkn={wrong}"), &[]).await,
         Err(401)
     );
-    assert_eq!(upgrade(&format!("{base}/?tkn="), &[]).await, Err(401));
+    assert_eq!(upgrade_status(&format!("{base}/?tkn="), &[]).await, Err(401));
     assert_eq!(
-        upgrade(&format!("{base}/?token={token}"), &[]).await,
-        Err(401)
-    );
-    assert_eq!(
-        upgrade(&format!("{base}/?TKN={token}"), &[]).await,
+        upgrade_status(&format!("{base}/?token={token}"), &[]).await,
         Err(401)
     );
     assert_eq!(
-        upgrade(&base, &[("Cookie", &format!("tkn={token}"))]).await,
+        upgrade_status(&format!("{base}/?TKN={token}"), &[]).await,
         Err(401)
     );
     assert_eq!(
-        upgrade(&base, &[("Authorization", &format!("Basic {token}"))]).await,
+        upgrade_status(&base, &[("Cookie", &format!("tkn={token}"))]).await,
         Err(401)
     );
     assert_eq!(
-        upgrade(&base, &[("Authorization", &format!("Bearer {wrong}"))]).await,
+        upgrade_status(&base, &[("Authorization", &format!("Basic {token}"))]).await,
+        Err(401)
+    );
+    assert_eq!(
+        upgrade_status(&base, &[("Authorization", &format!("Bearer {wrong}"))]).await,
         Err(401)
     );
     // Cross-site checks stay on with a valid token.
     for origin in ["https://evil.example", "null", "http://localhost:5173"] {
         assert_eq!(
-            upgrade(&ok, &[("Origin", origin)]).await,
+            upgrade_status(&ok, &[("Origin", origin)]).await,
             Err(403),
             "{origin}"
         );
     }
     assert_eq!(
-        upgrade(&ok, &[("Host", "attacker.example")]).await,
+        upgrade_status(&ok, &[("Host", "attacker.example")]).await,
         Err(403)
     );
     assert_eq!(
-        upgrade(
+        upgrade_status(
             &ok,
             &[
                 ("Host", "attacker.example:80"),
@@ -320,22 +298,22 @@ async fn generated_token_is_printed_once_and_required() {
     );
     // A hostile Origin without a token is refused too (403 first).
     assert_eq!(
-        upgrade(&base, &[("Origin", "https://evil.example")]).await,
+        upgrade_status(&base, &[("Origin", "https://evil.example")]).await,
         Err(403)
     );
     // Refusals never created a pty.
     assert!(children(p.pid()).is_empty(), "{:?}", children(p.pid()));
 
     // Both accepted forms, with and without VS Code's Origin, with and without a path.
-    assert_eq!(upgrade(&ok, &[]).await, Ok(()));
-    assert_eq!(upgrade(&format!("{base}?tkn={token}"), &[]).await, Ok(()));
+    assert_eq!(upgrade_status(&ok, &[]).await, Ok(()));
+    assert_eq!(upgrade_status(&format!("{base}?tkn={token}"), &[]).await, Ok(()));
     assert_eq!(
-        upgrade(&ok, &[("Origin", "vscode-file://vscode-app")]).await,
+        upgrade_status(&ok, &[("Origin", "vscode-file://vscode-app")]).await,
         Ok(())
     );
-    assert_eq!(upgrade(&base, &[("Authorization", &bearer)]).await, Ok(()));
+    assert_eq!(upgrade_status(&base, &[("Authorization", &bearer)]).await, Ok(()));
     assert_eq!(
-        upgrade(
+        upgrade_status(
             &format!("{base}/some/path"),
             &[
                 ("Authorization", &bearer),
@@ -394,10 +372,10 @@ async fn token_from_file_and_from_the_environment() {
     // A configured token is not printed.
     assert_eq!(p.stdout_line(), format!("ws://{addr}"));
     let base = format!("ws://{addr}");
-    assert_eq!(upgrade(&base, &[]).await, Err(401));
-    assert_eq!(upgrade(&format!("{base}?tkn={secret}"), &[]).await, Ok(()));
+    assert_eq!(upgrade_status(&base, &[]).await, Err(401));
+    assert_eq!(upgrade_status(&format!("{base}?tkn={secret}"), &[]).await, Ok(()));
     assert_eq!(
-        upgrade(&format!("{base}?tkn={secret}x"), &[]).await,
+        upgrade_status(&format!("{base}?tkn={secret}x"), &[]).await,
         Err(401)
     );
     assert!(!p.stderr().contains(secret));
@@ -411,9 +389,9 @@ async fn token_from_file_and_from_the_environment() {
     );
     let addr = p.tcp_addr();
     let base = format!("ws://{addr}");
-    assert_eq!(upgrade(&base, &[]).await, Err(401));
+    assert_eq!(upgrade_status(&base, &[]).await, Err(401));
     assert_eq!(
-        upgrade(&base, &[("Authorization", &format!("Bearer {secret}"))]).await,
+        upgrade_status(&base, &[("Authorization", &format!("Bearer {secret}"))]).await,
         Ok(())
     );
     let (mut raw, _) = Raw::connect_init(&format!("{base}?tkn={secret}"), "env", &[]).await;
@@ -544,7 +522,7 @@ async fn unix_socket_is_private_and_needs_no_token() {
     assert_eq!(mode(&sock), 0o600);
 
     // TCP still needs the token; the Unix peer does not.
-    assert_eq!(upgrade(&format!("ws://{addr}"), &[]).await, Err(401));
+    assert_eq!(upgrade_status(&format!("ws://{addr}"), &[]).await, Err(401));
     let mut ws = unix_ws(&sock).await;
     let r = ws_request(&mut ws, 1, "initialize", init_params("unix")).await;
     assert!(r.get("result").is_some(), "{r}");
@@ -715,17 +693,17 @@ async fn connections_beyond_the_limit_get_503() {
     let url = format!("ws://{}", p.tcp_addr());
     let (a, _) = Raw::connect_init(&url, "a", &[]).await;
     let (_b, _) = Raw::connect_init(&url, "b", &[]).await;
-    assert_eq!(upgrade(&url, &[]).await, Err(503));
+    assert_eq!(upgrade_status(&url, &[]).await, Err(503));
     // Refusals for other reasons keep their status.
     assert_eq!(
-        upgrade(&url, &[("Origin", "https://evil.example")]).await,
+        upgrade_status(&url, &[("Origin", "https://evil.example")]).await,
         Err(403)
     );
     drop(a);
     // The slot is released once A's connection is gone.
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        match upgrade(&url, &[]).await {
+        match upgrade_status(&url, &[]).await {
             Ok(()) => break,
             Err(503) if Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(50)).await

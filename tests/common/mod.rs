@@ -460,6 +460,43 @@ pub fn data_of(log: &[ActionEnvelope], uri: &str) -> String {
     s
 }
 
+/// `s` cut to at most `max` bytes on a character boundary, with `…` when cut.
+pub fn clip(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut cut = max;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+        s.push('…');
+    }
+    s
+}
+
+/// Tries the WebSocket upgrade at `url` with extra headers: `Ok` if upgraded (then closed),
+/// else the HTTP status.
+pub async fn upgrade_status(url: &str, headers: &[(&str, &str)]) -> Result<(), u16> {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let mut req = url.into_client_request().unwrap();
+    for (k, v) in headers {
+        req.headers_mut().insert(
+            http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+            http::HeaderValue::from_str(v).unwrap(),
+        );
+    }
+    match tokio::time::timeout(RPC_TIMEOUT, tokio_tungstenite::connect_async(req))
+        .await
+        .expect("upgrade timed out")
+    {
+        Ok((mut ws, _)) => {
+            let _ = ws.close(None).await;
+            Ok(())
+        }
+        Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => Err(resp.status().as_u16()),
+        Err(e) => panic!("unexpected upgrade error: {e}"),
+    }
+}
+
 pub fn describe_envelopes(log: &[ActionEnvelope]) -> String {
     let mut out = String::new();
     let skip = log.len().saturating_sub(40);
@@ -467,17 +504,8 @@ pub fn describe_envelopes(log: &[ActionEnvelope]) -> String {
         out.push_str(&format!("  … {skip} earlier envelopes\n"));
     }
     for e in &log[skip..] {
-        let mut s = serde_json::to_string(e).unwrap_or_default();
-        if s.len() > 300 {
-            let mut cut = 300;
-            while !s.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            s.truncate(cut);
-            s.push('…');
-        }
         out.push_str("  ");
-        out.push_str(&s);
+        out.push_str(&clip(serde_json::to_string(e).unwrap_or_default(), 300));
         out.push('\n');
     }
     out
@@ -806,17 +834,8 @@ impl Raw {
             out.push_str(&format!("  … {skip} earlier messages\n"));
         }
         for m in &self.received[skip..] {
-            let mut s = m.to_string();
-            if s.len() > 300 {
-                let mut cut = 300;
-                while !s.is_char_boundary(cut) {
-                    cut -= 1;
-                }
-                s.truncate(cut);
-                s.push('…');
-            }
             out.push_str("  ");
-            out.push_str(&s);
+            out.push_str(&clip(m.to_string(), 300));
             out.push('\n');
         }
         out

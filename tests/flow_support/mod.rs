@@ -388,17 +388,8 @@ impl Lean {
             self.data_frames, self.data_frame_bytes, self.closed
         );
         for m in self.others.iter().rev().take(20).rev() {
-            let mut s = m.to_string();
-            if s.len() > 300 {
-                let mut cut = 300;
-                while !s.is_char_boundary(cut) {
-                    cut -= 1;
-                }
-                s.truncate(cut);
-                s.push('…');
-            }
             out.push_str("  ");
-            out.push_str(&s);
+            out.push_str(&crate::common::clip(m.to_string(), 300));
             out.push('\n');
         }
         out

@@ -73,6 +73,24 @@ pub async fn raw_subscribe(raw: &mut Raw, uri: &str) -> (usize, Value) {
     (pos, snap)
 }
 
+/// Two raw clients on one new terminal: `owner` (also subscribed to the root channel) creates
+/// it with a client claim, then the observer (`<owner>-obs`) and the owner subscribe, and the
+/// shell is ready. Returns (owner, observer, URI, owner's snapshot, observer's snapshot).
+pub async fn owner_and_observer(
+    url: &str,
+    owner: &str,
+    tag: &str,
+) -> (Raw, Raw, String, Value, Value) {
+    let (mut a, _) = Raw::connect_init(url, owner, &[ROOT]).await;
+    let (mut obs, _) = Raw::connect_init(url, &format!("{owner}-obs"), &[]).await;
+    let t = term_uri(tag);
+    raw_create(&mut a, &t, client_claim(owner)).await;
+    let (_, obs_snap) = raw_subscribe(&mut obs, &t).await;
+    let (_, a_snap) = raw_subscribe(&mut a, &t).await;
+    a.ready(&t).await;
+    (a, obs, t, a_snap, obs_snap)
+}
+
 /// The action envelopes among `msgs`, decoded with the official types.
 pub fn envelopes_of(msgs: &[Value]) -> Vec<ActionEnvelope> {
     msgs.iter()
