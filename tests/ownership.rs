@@ -268,21 +268,6 @@ async fn another_client_detaches_a_tool_call_terminal() {
     );
 }
 
-/// D6 as a model: may `dispatcher` replace `cur` (held by `holder`) with `new`?
-fn d6_allows(cur: &Value, holder: &str, dispatcher: &str, new: &Value) -> bool {
-    if dispatcher == holder {
-        return true;
-    }
-    if cur["kind"] != "session" || new["kind"] != "session" {
-        return false;
-    }
-    let kept_or_dropped = |k: &str| new.get(k).is_none() || new.get(k) == cur.get(k);
-    cur["session"] == new["session"]
-        && cur["chat"] == new["chat"]
-        && kept_or_dropped("turnId")
-        && kept_or_dropped("toolCallId")
-        && !(new.get("turnId").is_none() && new.get("toolCallId").is_some())
-}
 
 /// Flow (e): two watchers see every claim change (terminal/claimed, then the root update); a
 /// non-holder's transfer to a client claim is rejected to it only; concurrent claims from

@@ -163,20 +163,6 @@ fn check_player(p: &Player) -> usize {
     checkpoints
 }
 
-fn d6_allows(cur: &Value, holder: &str, dispatcher: &str, new: &Value) -> bool {
-    if dispatcher == holder {
-        return true;
-    }
-    if cur["kind"] != "session" || new["kind"] != "session" {
-        return false;
-    }
-    let kept_or_dropped = |k: &str| new.get(k).is_none() || new.get(k) == cur.get(k);
-    cur["session"] == new["session"]
-        && cur["chat"] == new["chat"]
-        && kept_or_dropped("turnId")
-        && kept_or_dropped("toolCallId")
-        && !(new.get("turnId").is_none() && new.get("toolCallId").is_some())
-}
 
 fn random_claim(rng: &mut Rng) -> Value {
     match rng.below(6) {

@@ -278,3 +278,19 @@ impl Rng {
         self.next() % 100 < percent
     }
 }
+
+/// D6 as a model: may `dispatcher` replace `cur` (held by `holder`) with `new`?
+pub fn d6_allows(cur: &Value, holder: &str, dispatcher: &str, new: &Value) -> bool {
+    if dispatcher == holder {
+        return true;
+    }
+    if cur["kind"] != "session" || new["kind"] != "session" {
+        return false;
+    }
+    let kept_or_dropped = |k: &str| new.get(k).is_none() || new.get(k) == cur.get(k);
+    cur["session"] == new["session"]
+        && cur["chat"] == new["chat"]
+        && kept_or_dropped("turnId")
+        && kept_or_dropped("toolCallId")
+        && !(new.get("turnId").is_none() && new.get("toolCallId").is_some())
+}
