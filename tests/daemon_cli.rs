@@ -100,7 +100,6 @@ async fn sigterm_closes_connections_with_1001_and_kills_shells() {
     );
 }
 
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn origin_and_host_checks() {
     let d = Daemon::start();

@@ -268,7 +268,6 @@ async fn another_client_detaches_a_tool_call_terminal() {
     );
 }
 
-
 /// Flow (e): two watchers see every claim change (terminal/claimed, then the root update); a
 /// non-holder's transfer to a client claim is rejected to it only; concurrent claims from
 /// different clients are decided one at a time, in serverSeq order, each against the claim

@@ -163,7 +163,6 @@ fn check_player(p: &Player) -> usize {
     checkpoints
 }
 
-
 fn random_claim(rng: &mut Rng) -> Value {
     match rng.below(6) {
         0 | 1 => client_claim(&format!("rnd-{}", rng.below(CLIENTS))),

@@ -191,7 +191,6 @@ fn open_fds(pid: i32) -> usize {
 
 // ─── Upgrade helpers ────────────────────────────────────────────────────────────────────
 
-
 /// Sends one request over any WebSocket and returns its response (skipping notifications).
 async fn ws_request<S>(
     ws: &mut tokio_tungstenite::WebSocketStream<S>,
@@ -252,7 +251,10 @@ async fn generated_token_is_printed_once_and_required() {
         upgrade_status(&format!("{base}/?tkn={wrong}"), &[]).await,
         Err(401)
     );
-    assert_eq!(upgrade_status(&format!("{base}/?tkn="), &[]).await, Err(401));
+    assert_eq!(
+        upgrade_status(&format!("{base}/?tkn="), &[]).await,
+        Err(401)
+    );
     assert_eq!(
         upgrade_status(&format!("{base}/?token={token}"), &[]).await,
         Err(401)
@@ -306,12 +308,18 @@ async fn generated_token_is_printed_once_and_required() {
 
     // Both accepted forms, with and without VS Code's Origin, with and without a path.
     assert_eq!(upgrade_status(&ok, &[]).await, Ok(()));
-    assert_eq!(upgrade_status(&format!("{base}?tkn={token}"), &[]).await, Ok(()));
+    assert_eq!(
+        upgrade_status(&format!("{base}?tkn={token}"), &[]).await,
+        Ok(())
+    );
     assert_eq!(
         upgrade_status(&ok, &[("Origin", "vscode-file://vscode-app")]).await,
         Ok(())
     );
-    assert_eq!(upgrade_status(&base, &[("Authorization", &bearer)]).await, Ok(()));
+    assert_eq!(
+        upgrade_status(&base, &[("Authorization", &bearer)]).await,
+        Ok(())
+    );
     assert_eq!(
         upgrade_status(
             &format!("{base}/some/path"),
@@ -373,7 +381,10 @@ async fn token_from_file_and_from_the_environment() {
     assert_eq!(p.stdout_line(), format!("ws://{addr}"));
     let base = format!("ws://{addr}");
     assert_eq!(upgrade_status(&base, &[]).await, Err(401));
-    assert_eq!(upgrade_status(&format!("{base}?tkn={secret}"), &[]).await, Ok(()));
+    assert_eq!(
+        upgrade_status(&format!("{base}?tkn={secret}"), &[]).await,
+        Ok(())
+    );
     assert_eq!(
         upgrade_status(&format!("{base}?tkn={secret}x"), &[]).await,
         Err(401)
