@@ -1,6 +1,7 @@
 //! Flow control on the host side: each connection's outbox counts the bytes it has not yet
 //! written; terminals ask [`Host::pressure`] whether their subscribers are congested (the
-//! pump pauses above the high watermark and merges output while anything is unsent), and
+//! pump pauses above the high watermark; it merges output while its own last update is
+//! unsent, tracked with outbox tickets), and
 //! [`Host::watch_stalls`] closes connections that stay congested too long. Touches only the
 //! connection registry and the outboxes.
 
@@ -22,8 +23,6 @@ pub(crate) struct Pressure {
     pub above_high: bool,
     /// Some subscriber is above the low watermark: a paused terminal stays paused.
     pub above_low: bool,
-    /// Some subscriber has not yet written everything queued: merge new output.
-    pub unsent: bool,
 }
 
 impl Host {
@@ -47,7 +46,6 @@ impl Host {
                 let queued = conn.outbox.queued_bytes();
                 p.above_high |= queued > outbox::HIGH_WATERMARK_BYTES;
                 p.above_low |= queued > outbox::LOW_WATERMARK_BYTES;
-                p.unsent |= queued > 0;
             }
         }
         Some(p)

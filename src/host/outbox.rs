@@ -10,7 +10,7 @@
 //! the stall timeout is closed ([`Outbox::kill`]). Envelopes are encoded once and shared by all
 //! subscribers (reference-counted bytes).
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -46,6 +46,10 @@ pub enum Outgoing {
 struct Shared {
     /// Bytes queued and not yet written to the socket.
     queued: AtomicUsize,
+    /// Bytes ever queued, and ever written: a message queued when `enqueued_total` reached
+    /// `t` has been written once `written_total >= t` (messages are written in order).
+    enqueued_total: AtomicU64,
+    written_total: AtomicU64,
     /// Since when `queued` has been above the high watermark.
     congested_since: Mutex<Option<Instant>>,
     /// Set by [`Outbox::kill`]: the writer stops writing data and closes.
@@ -76,6 +80,8 @@ impl Outbox {
         let (tx, rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             queued: AtomicUsize::new(0),
+            enqueued_total: AtomicU64::new(0),
+            written_total: AtomicU64::new(0),
             congested_since: Mutex::new(None),
             killed: AtomicBool::new(false),
             kill: Notify::new(),
@@ -98,6 +104,9 @@ impl Outbox {
         // Count the bytes before queueing them: the writer may write and report them
         // (`written`) before `send` returns, which would otherwise underflow the counter.
         let queued = self.shared.queued.fetch_add(len, Ordering::AcqRel) + len;
+        self.shared
+            .enqueued_total
+            .fetch_add(len as u64, Ordering::AcqRel);
         if self.tx.send(Outgoing::Text(text)).is_err() {
             self.shared.queued.fetch_sub(len, Ordering::AcqRel);
             return;
@@ -122,6 +131,17 @@ impl Outbox {
         *lock(&self.shared.kill_frame) = Some((code, reason.into()));
         self.shared.killed.store(true, Ordering::Release);
         self.shared.kill.notify_one();
+    }
+
+    /// A ticket for everything queued so far: see [`Outbox::is_written`].
+    pub fn ticket(&self) -> u64 {
+        self.shared.enqueued_total.load(Ordering::Acquire)
+    }
+
+    /// Whether everything queued before [`Outbox::ticket`] returned `ticket` has been written to
+    /// the socket (or dropped because the connection is gone).
+    pub fn is_written(&self, ticket: u64) -> bool {
+        self.shared.written_total.load(Ordering::Acquire) >= ticket
     }
 
     /// Bytes queued and not yet written to the socket.
@@ -154,6 +174,13 @@ impl OutboxReceiver {
 
     /// Reports `bytes` of queued text as written to the socket.
     pub fn written(&self, bytes: usize) {
+        // Saturating: the total is u64::MAX once the receiver is gone.
+        let _ = self
+            .shared
+            .written_total
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
+                Some(w.saturating_add(bytes as u64))
+            });
         let before = self.shared.queued.fetch_sub(bytes, Ordering::AcqRel);
         let after = before.saturating_sub(bytes);
         if after <= LOW_WATERMARK_BYTES {
@@ -167,6 +194,15 @@ impl OutboxReceiver {
         KillSignal {
             shared: self.shared.clone(),
         }
+    }
+}
+
+impl Drop for OutboxReceiver {
+    /// The connection is gone: nothing queued will ever be written, so every ticket counts as
+    /// written (no terminal waits for it) and waiting terminals re-check.
+    fn drop(&mut self) {
+        self.shared.written_total.store(u64::MAX, Ordering::Release);
+        self.shared.progress.notify_waiters();
     }
 }
 

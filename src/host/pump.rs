@@ -5,8 +5,9 @@
 //!   stops taking events; the bounded event channel fills, the reader thread stops reading the
 //!   pty, and the program blocks in `write` as in a real terminal. It resumes once every
 //!   subscriber is back under the low watermark (or was closed as stalled).
-//! - **Coalescing.** Output that arrives while an earlier envelope of a subscriber is still
-//!   waiting to be written is merged into the next envelope (up to [`COALESCE_BYTES`]). The
+//! - **Coalescing.** Output that arrives while this terminal's previous envelope is still
+//!   waiting to be written to a subscriber is merged into the next one (up to
+//!   [`COALESCE_BYTES`]). The
 //!   kernel's socket buffer hides most of that wait on a fast link, so while a terminal
 //!   floods — its last update carried at least [`FLOOD_BYTES`] — output is also merged for
 //!   [`MERGE_WINDOW`] after each update. A flood thus becomes few large envelopes, while an
@@ -21,7 +22,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
-use super::Host;
+use super::{Host, Outbox};
 use crate::terminal::{PtyEvent, TerminalEvent};
 
 /// How long after the process exits its output may still drain before `terminal/exited`.
@@ -55,6 +56,9 @@ struct Pump {
     deadline: Option<Instant>,
     /// End of the merge window opened by the last update, if that update was a flood's.
     merge_until: Option<Instant>,
+    /// Each subscriber's outbox with the ticket of the last update sent to it: while one of
+    /// them is not yet written, this terminal's next output is merged.
+    in_flight: Vec<(Outbox, u64)>,
 }
 
 pub(super) async fn run(
@@ -76,6 +80,7 @@ pub(super) async fn run(
         eof: false,
         deadline: None,
         merge_until: None,
+        in_flight: Vec::new(),
     };
     pump.run().await;
 }
@@ -103,7 +108,7 @@ impl Pump {
                 TerminalEvent::Output(batch) => {
                     let batch = self.merge(batch).await;
                     let flooding = batch_bytes(&batch) >= FLOOD_BYTES;
-                    self.host.apply_output(&self.uri, self.id, batch);
+                    self.in_flight = self.host.apply_output(&self.uri, self.id, batch);
                     self.merge_until = flooding.then(|| Instant::now() + MERGE_WINDOW);
                 }
                 TerminalEvent::Eof => {
@@ -187,10 +192,10 @@ impl Pump {
             let notified = self.progress.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let unsent = self
-                .host
-                .pressure(&self.uri, self.id)
-                .is_some_and(|p| p.unsent && !p.above_high);
+            // This terminal's own last update, not other terminals' output on a shared
+            // connection: a quiet terminal never waits behind a noisy one.
+            let unsent = self.in_flight.iter().any(|(o, t)| !o.is_written(*t))
+                && !self.in_flight.iter().any(|(o, _)| o.is_congested());
             let window = self.merge_until.filter(|&end| Instant::now() < end);
             if !unsent && window.is_none() {
                 return batch;

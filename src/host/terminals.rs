@@ -22,7 +22,7 @@ use tokio_tungstenite::tungstenite::Utf8Bytes;
 
 use super::channel::{self, ChannelKind};
 use super::history::History;
-use super::{pump, scrollback, validate, ConnId, Host, Inner, TerminalEntry};
+use super::{pump, scrollback, validate, ConnId, Host, Inner, Outbox, TerminalEntry};
 use crate::rpc::error::RpcError;
 use crate::rpc::frame;
 use crate::terminal::{
@@ -239,10 +239,17 @@ impl Host {
     }
 
     /// Output of terminal `id` at `uri`, in stream order (called by the terminal's pump).
-    pub(super) fn apply_output(&self, uri: &str, id: u64, events: Vec<PtyEvent>) {
+    /// Returns, for each subscriber, its outbox and a ticket that is written once this update
+    /// has reached that subscriber's socket (see [`Outbox::is_written`]).
+    pub(super) fn apply_output(
+        &self,
+        uri: &str,
+        id: u64,
+        events: Vec<PtyEvent>,
+    ) -> Vec<(Outbox, u64)> {
         let mut inner = self.lock();
         if inner.terminals.get(uri).is_none_or(|t| t.id != id) {
-            return;
+            return Vec::new();
         }
         let cap = self.config.scrollback_bytes;
         let mut text = String::new();
@@ -256,6 +263,14 @@ impl Host {
             }
         }
         inner.emit_data(uri, text, cap);
+        let Some(t) = inner.terminals.get(uri) else {
+            return Vec::new();
+        };
+        t.subscribers
+            .iter()
+            .filter_map(|c| inner.connections.get(c))
+            .map(|c| (c.outbox.clone(), c.outbox.ticket()))
+            .collect()
     }
 
     /// The process of terminal `id` exited: `terminal/exited`, then the root update.
