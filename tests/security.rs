@@ -733,9 +733,17 @@ async fn silent_sockets_are_closed_by_the_handshake_timeout() {
     );
     let addr = p.tcp_addr();
     let pid = p.pid();
-    // Let the daemon settle, then take the fd baseline.
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let baseline = open_fds(pid);
+    // The fd baseline, once the count is steady (start-up may still be opening files).
+    let mut baseline = open_fds(pid);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let now = open_fds(pid);
+        if now == baseline || std::time::Instant::now() > deadline {
+            break;
+        }
+        baseline = now;
+    }
 
     // One socket that sends nothing, one that stalls mid-request.
     let mut silent = tokio::net::TcpStream::connect(&addr).await.unwrap();

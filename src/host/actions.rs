@@ -26,29 +26,18 @@ impl Host {
             return;
         };
         let origin = ActionOrigin {
-            client_id: client_id.clone(),
+            client_id,
             client_seq,
         };
         match channel::classify(channel) {
             ChannelKind::Root => {
-                let reason = match validate::root_action(&action) {
-                    Err(r) => r,
-                    Ok(_) => "root actions are not accepted from clients".to_string(),
-                };
+                let reason = validate::root_action_rejection(&action);
                 inner.reject(conn, channel, action, origin, reason);
             }
             ChannelKind::Terminal if inner.terminals.contains_key(channel) => {
                 match validate::terminal_action(&action) {
                     Err(reason) => inner.reject(conn, channel, action, origin, reason),
-                    Ok(typed) => inner.apply_client_action(
-                        conn,
-                        channel,
-                        &client_id,
-                        typed,
-                        action,
-                        origin,
-                        self.config.scrollback_bytes,
-                    ),
+                    Ok(typed) => inner.apply_client_action(conn, channel, typed, action, origin),
                 }
             }
             _ => tracing::debug!(%channel, "action for an unknown channel ignored"),
@@ -57,16 +46,14 @@ impl Host {
 }
 
 impl Inner {
-    #[allow(clippy::too_many_arguments)]
+    /// Applies a validated client action (`raw` is its JSON as received, for a rejection).
     pub(super) fn apply_client_action(
         &mut self,
         conn: ConnId,
         uri: &str,
-        client_id: &str,
         action: StateAction,
         raw: Value,
         origin: ActionOrigin,
-        cap: usize,
     ) {
         let Some(t) = self.terminals.get_mut(uri) else {
             return;
@@ -102,7 +89,7 @@ impl Inner {
                 }
                 let process = t.process.clone();
                 let bytes = input.data.clone().into_bytes();
-                self.emit_terminal(uri, action, Some(origin), cap);
+                self.emit_terminal(uri, action, Some(origin));
                 // Checked above; only the pty vanishing can fail here, and then the exit
                 // follows on its own.
                 let _ = process.write(bytes);
@@ -114,32 +101,34 @@ impl Inner {
                 if let Err(e) = t.process.resize(cols, rows) {
                     tracing::debug!(terminal = %uri, error = %e, "pty resize failed");
                 }
-                self.emit_terminal(uri, action, Some(origin), cap);
+                self.emit_terminal(uri, action, Some(origin));
             }
             StateAction::TerminalTitleChanged(_) => {
                 t.renamed_by_client = true;
-                self.emit_terminal(uri, action, Some(origin), cap);
+                self.emit_terminal(uri, action, Some(origin));
                 self.emit_root_terminals();
             }
             StateAction::TerminalClaimed(c) => {
+                let dispatcher = origin.client_id.as_str();
                 if let Err(reason) =
-                    validate::check_claim_transfer(&t.state.claim, &t.holder, client_id, &c.claim)
+                    validate::check_claim_transfer(&t.state.claim, &t.holder, dispatcher, &c.claim)
                 {
                     self.reject(conn, uri, raw, origin, reason);
                     return;
                 }
-                let narrowing_by_other = client_id != t.holder;
-                if !narrowing_by_other {
+                // The holder's transfer moves the holding; a narrowing by another client
+                // (detach) leaves it with the holder.
+                if dispatcher == t.holder {
                     t.holder = match &c.claim {
                         TerminalClaim::Client(cc) => cc.client_id.clone(),
-                        TerminalClaim::Session(_) => client_id.to_string(),
+                        TerminalClaim::Session(_) => dispatcher.to_string(),
                     };
                 }
-                self.emit_terminal(uri, action, Some(origin), cap);
+                self.emit_terminal(uri, action, Some(origin));
                 self.emit_root_terminals();
                 self.refresh_orphans();
             }
-            _ => self.emit_terminal(uri, action, Some(origin), cap),
+            _ => self.emit_terminal(uri, action, Some(origin)),
         }
     }
 

@@ -69,6 +69,8 @@ struct Inner {
     reserved: HashSet<String>,
     /// Most subscriptions per connection (`--max-subscriptions`).
     max_subscriptions: usize,
+    /// Retained content per terminal, in bytes (`--scrollback-bytes`).
+    scrollback_bytes: usize,
     connections: HashMap<ConnId, ConnEntry>,
     next_conn: ConnId,
     next_terminal: u64,
@@ -118,6 +120,7 @@ impl Host {
                 seen_clients: HashSet::new(),
                 reserved: HashSet::new(),
                 max_subscriptions: config.max_subscriptions,
+                scrollback_bytes: config.scrollback_bytes,
                 connections: HashMap::new(),
                 next_conn: 1,
                 next_terminal: 1,
@@ -133,16 +136,6 @@ impl Host {
             Ok(g) => g,
             Err(p) => p.into_inner(),
         }
-    }
-
-    /// The daemon's settings.
-    pub fn config(&self) -> &Config {
-        &self.config
-    }
-
-    /// The current global `serverSeq`.
-    pub fn server_seq(&self) -> u64 {
-        self.lock().server_seq
     }
 
     /// `defaultDirectory` of the initialize result: the `file://` URI of the home directory.
@@ -226,11 +219,6 @@ impl Host {
         }
     }
 
-    /// Queues a message for one connection.
-    pub fn send(&self, conn: ConnId, text: String) {
-        self.lock().send(conn, text);
-    }
-
     /// Stops accepting terminals, kills every terminal's session and asks every connection
     /// to close with code 1001.
     pub async fn shutdown(&self) {
@@ -259,11 +247,6 @@ impl Host {
         if let Err(e) = shell_integration::remove_script_dir() {
             tracing::debug!(error = %e, "cannot remove the shell-integration script directory");
         }
-    }
-
-    /// A snapshot of a channel, for tests and diagnostics. `None` for unknown channels.
-    pub fn snapshot(&self, channel: &str) -> Option<Snapshot> {
-        self.lock().snapshot(channel)
     }
 }
 

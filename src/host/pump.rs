@@ -167,8 +167,8 @@ impl Pump {
         }
     }
 
-    /// Merges further output into `batch` while a subscriber still has unsent data or the
-    /// flood merge window is open, up to [`COALESCE_BYTES`]. A non-output event ends the merge
+    /// Merges further output into `batch` while this terminal's last update has not reached
+    /// every subscriber's socket or the flood merge window is open, up to [`COALESCE_BYTES`]. A non-output event ends the merge
     /// and is kept for later.
     async fn merge(&mut self, mut batch: Vec<PtyEvent>) -> Vec<PtyEvent> {
         let mut bytes = batch_bytes(&batch);

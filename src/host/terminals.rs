@@ -56,12 +56,8 @@ impl Host {
         let rows = size_param("rows", params.rows, 24)?;
         let shell = self.config.shell.clone();
         if let Some(name) = &params.name {
-            if name.chars().count() > validate::MAX_TITLE_CHARS {
-                return Err(RpcError::invalid_params(format!(
-                    "name: longer than {} characters",
-                    validate::MAX_TITLE_CHARS
-                )));
-            }
+            validate::check_title(name)
+                .map_err(|m| RpcError::invalid_params(format!("name: {m}")))?;
         }
         let title = params.name.clone().unwrap_or_else(|| shell_name(&shell));
         let holder = {
@@ -103,10 +99,7 @@ impl Host {
             let mut request = request;
             if inject {
                 let injection = shell_integration::prepare(&request.program, &nonce)?;
-                // The injected arguments (e.g. bash's --rcfile) come first.
-                let mut args = injection.args;
-                args.append(&mut request.args);
-                request.args = args;
+                request.args = injection.args;
                 request.env.extend(injection.env);
             }
             terminal::start(request, pipeline)
@@ -167,8 +160,7 @@ impl Host {
             }
         };
         let Some(id) = id else {
-            let grace = self.config.kill_grace;
-            let _ = tokio::task::spawn_blocking(move || process.kill_session(grace)).await;
+            self.kill(process).await;
             return Err(RpcError::internal("ahpty is shutting down"));
         };
         tracing::info!(terminal = %uri, pid = process.pid(), shell = %shell.display(), "terminal created");
@@ -231,13 +223,6 @@ impl Host {
         let _ = tokio::task::spawn_blocking(move || process.kill_session(grace)).await;
     }
 
-    /// `disposeTerminal`: [`Host::remove_terminal`] then [`Host::kill`].
-    pub async fn dispose_terminal(&self, uri: &str) -> Result<(), RpcError> {
-        let process = self.remove_terminal(uri)?;
-        self.kill(process).await;
-        Ok(())
-    }
-
     /// Output of terminal `id` at `uri`, in stream order (called by the terminal's pump).
     /// Returns, for each subscriber, its outbox and a ticket that is written once this update
     /// has reached that subscriber's socket (see [`Outbox::is_written`]).
@@ -251,18 +236,17 @@ impl Host {
         if inner.terminals.get(uri).is_none_or(|t| t.id != id) {
             return Vec::new();
         }
-        let cap = self.config.scrollback_bytes;
         let mut text = String::new();
         for ev in events {
             match ev {
                 PtyEvent::Data(d) => text.push_str(&d),
                 PtyEvent::Action(a) => {
-                    inner.emit_data(uri, std::mem::take(&mut text), cap);
-                    inner.apply_server_action(uri, *a, cap);
+                    inner.emit_data(uri, std::mem::take(&mut text));
+                    inner.apply_server_action(uri, *a);
                 }
             }
         }
-        inner.emit_data(uri, text, cap);
+        inner.emit_data(uri, text);
         let Some(t) = inner.terminals.get(uri) else {
             return Vec::new();
         };
@@ -280,12 +264,10 @@ impl Host {
             return;
         }
         tracing::info!(terminal = %uri, exit_code, "terminal exited");
-        let cap = self.config.scrollback_bytes;
         inner.emit_terminal(
             uri,
             StateAction::TerminalExited(TerminalExitedAction { exit_code }),
             None,
-            cap,
         );
         inner.emit_root_terminals();
     }
@@ -305,8 +287,8 @@ impl Inner {
         uri: &str,
         action: StateAction,
         origin: Option<ActionOrigin>,
-        cap: usize,
     ) {
+        let cap = self.scrollback_bytes;
         let seq = self.next_seq();
         let Some(t) = self.terminals.get_mut(uri) else {
             return;
@@ -341,7 +323,7 @@ impl Inner {
 
     /// Emits output text as `terminal/data`, split into envelopes of at most
     /// [`MAX_DATA_BYTES`] on character boundaries.
-    pub(super) fn emit_data(&mut self, uri: &str, mut text: String, cap: usize) {
+    pub(super) fn emit_data(&mut self, uri: &str, mut text: String) {
         while !text.is_empty() {
             let rest = if text.len() > MAX_DATA_BYTES {
                 let mut cut = MAX_DATA_BYTES;
@@ -356,14 +338,13 @@ impl Inner {
                 uri,
                 StateAction::TerminalData(TerminalDataAction { data: text }),
                 None,
-                cap,
             );
             text = rest;
         }
     }
 
     /// A server-originated action derived from output (title, cwd, command marks).
-    pub(super) fn apply_server_action(&mut self, uri: &str, action: StateAction, cap: usize) {
+    pub(super) fn apply_server_action(&mut self, uri: &str, action: StateAction) {
         if let StateAction::TerminalTitleChanged(change) = &action {
             let Some(t) = self.terminals.get(uri) else {
                 return;
@@ -372,11 +353,11 @@ impl Inner {
             if t.renamed_by_client || t.state.title == change.title {
                 return;
             }
-            self.emit_terminal(uri, action, None, cap);
+            self.emit_terminal(uri, action, None);
             self.emit_root_terminals();
             return;
         }
-        self.emit_terminal(uri, action, None, cap);
+        self.emit_terminal(uri, action, None);
     }
 
     /// Emits `root/terminalsChanged` with the complete catalogue, in creation order.

@@ -68,24 +68,34 @@ pub fn terminal_action(raw: &Value) -> Result<StateAction, String> {
     typed(raw, ty)
 }
 
-/// Checks an action dispatched to `ahp-root://`. ahpty has no root configuration, so
-/// `root/configChanged` is rejected with a reason, as are server-only and unknown types.
-pub fn root_action(raw: &Value) -> Result<StateAction, String> {
-    let ty = raw
+/// The `rejectionReason` for an action dispatched to `ahp-root://`: ahpty has no root
+/// configuration, so `root/configChanged` is refused like server-only and unknown types.
+pub fn root_action_rejection(raw: &Value) -> String {
+    let Some(ty) = raw
         .as_object()
         .and_then(|o| o.get("type"))
         .and_then(Value::as_str)
-        .ok_or_else(|| "action.type must be a string".to_string())?;
+    else {
+        return "action.type must be a string".into();
+    };
     match ty {
         "root/configChanged" => {
-            Err("ahpty has no root configuration; root/configChanged is not accepted".into())
+            "ahpty has no root configuration; root/configChanged is not accepted".into()
         }
-        t if SERVER_ONLY_ROOT.contains(&t) => Err(format!("{t} is a server-only action")),
-        t if t.starts_with("terminal/") => Err(format!(
-            "{t} must be dispatched to a terminal channel, not ahp-root://"
-        )),
-        t => Err(format!("unknown action type {t:?} for the root channel")),
+        t if SERVER_ONLY_ROOT.contains(&t) => format!("{t} is a server-only action"),
+        t if t.starts_with("terminal/") => {
+            format!("{t} must be dispatched to a terminal channel, not ahp-root://")
+        }
+        t => format!("unknown action type {t:?} for the root channel"),
     }
+}
+
+/// A title (client rename or `createTerminal.name`): at most [`MAX_TITLE_CHARS`] characters.
+pub fn check_title(title: &str) -> Result<(), String> {
+    if title.chars().count() > MAX_TITLE_CHARS {
+        return Err(format!("title is longer than {MAX_TITLE_CHARS} characters"));
+    }
+    Ok(())
 }
 
 /// Decodes a claim, requiring the 1.0.0 shape (a session claim needs `session` and `chat`).
@@ -220,7 +230,10 @@ mod tests {
         assert!(terminal_action(&json!({"type":"terminal/input","data":3})).is_err());
         assert!(terminal_action(&json!("x")).is_err());
         assert!(terminal_action(&json!({"type":"terminal/cleared"})).is_ok());
-        assert!(root_action(&json!({"type":"root/terminalsChanged","terminals":[]})).is_err());
+        assert!(
+            root_action_rejection(&json!({"type":"root/terminalsChanged","terminals":[]}))
+                .contains("server-only")
+        );
     }
 
     #[test]

@@ -202,11 +202,6 @@ impl Server {
             .collect()
     }
 
-    /// The shared host.
-    pub fn host(&self) -> Arc<Host> {
-        self.host.clone()
-    }
-
     /// Accepts connections until `shutdown` completes, then disposes every terminal (process
     /// groups killed), closes every connection with code 1001 and removes socket files.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {

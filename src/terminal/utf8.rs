@@ -84,13 +84,6 @@ impl Utf8Decoder {
         }
     }
 
-    /// Convenience wrapper around [`Utf8Decoder::decode_into`].
-    pub fn decode(&mut self, input: &[u8]) -> String {
-        let mut out = String::with_capacity(input.len());
-        self.decode_into(input, &mut out);
-        out
-    }
-
     /// Ends the stream: a dangling partial code point becomes one U+FFFD (returned).
     pub fn finish(&mut self) -> Option<char> {
         if self.len == 0 {
@@ -106,11 +99,6 @@ impl Utf8Decoder {
         if let Some(c) = self.finish() {
             out.push(c);
         }
-    }
-
-    /// Whether bytes of an incomplete code point are being held back.
-    pub fn has_pending(&self) -> bool {
-        self.len > 0
     }
 }
 
@@ -130,6 +118,12 @@ mod tests {
         if let Some(c) = d.finish() {
             out.push(c);
         }
+        out
+    }
+
+    fn decode(d: &mut Utf8Decoder, bytes: &[u8]) -> String {
+        let mut out = String::new();
+        d.decode_into(bytes, &mut out);
         out
     }
 
@@ -176,16 +170,16 @@ mod tests {
     #[test]
     fn split_character_is_not_lost_nor_the_next() {
         let mut d = Utf8Decoder::new();
-        let mut out = d.decode(b"\x42\xcc");
-        assert!(d.has_pending());
-        out.push_str(&d.decode(b"\x81\x43\xe2\x94\x80"));
+        let mut out = decode(&mut d, b"\x42\xcc");
+        assert_eq!(out, "B");
+        out.push_str(&decode(&mut d, b"\x81\x43\xe2\x94\x80"));
         assert_eq!(out, "B\u{301}C─");
     }
 
     #[test]
     fn dangling_tail_at_eof_is_one_replacement() {
         let mut d = Utf8Decoder::new();
-        assert_eq!(d.decode(b"ok\xe2\x94"), "ok");
+        assert_eq!(decode(&mut d, b"ok\xe2\x94"), "ok");
         assert_eq!(d.finish(), Some('\u{FFFD}'));
         assert_eq!(d.finish(), None);
     }
