@@ -349,14 +349,15 @@ async fn watchers_see_claim_changes_and_concurrent_claims_resolve_in_order() {
     let (mut cur, mut holder) = start;
     let mut last_accepted = cur.clone();
     for (seq, who, c, accepted) in &outcomes {
-        let allowed = d6_allows(&cur, &holder, who, c);
+        let connected = [AGENT, "w1", "w2"].contains(&holder.as_str());
+        let allowed = d6_allows(&cur, &holder, connected, who, c);
         assert_eq!(
             *accepted, allowed,
             "claim #{seq} from {who} ({c}) against {cur} held by {holder}: \
              accepted={accepted}, D6 says {allowed}; all outcomes: {outcomes:?}"
         );
         if allowed {
-            if *who == holder {
+            if *who == holder || !connected {
                 holder = match c["kind"].as_str() {
                     Some("client") => c["clientId"].as_str().unwrap().to_string(),
                     _ => who.to_string(),

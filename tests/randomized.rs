@@ -358,13 +358,14 @@ async fn run(seed: u64) {
         eprintln!("{t}: {} claims, {accepted} accepted", outcomes.len());
         let (mut cur, mut holder) = (initial[ti].0.clone(), initial[ti].1.to_string());
         for (seq, who, c, ok) in &outcomes {
-            let allowed = d6_allows(&cur, &holder, who, c);
+            let connected = holder.starts_with("rnd-");
+            let allowed = d6_allows(&cur, &holder, connected, who, c);
             assert_eq!(
                 *ok, allowed,
                 "{t}: claim #{seq} by {who} ({c}) against {cur} held by {holder}"
             );
             if allowed {
-                if *who == holder {
+                if *who == holder || !connected {
                     holder = match c["kind"].as_str() {
                         Some("client") => c["clientId"].as_str().unwrap().to_string(),
                         _ => who.clone(),

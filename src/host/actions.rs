@@ -55,6 +55,10 @@ impl Inner {
         raw: Value,
         origin: ActionOrigin,
     ) {
+        let holder_connected = self
+            .terminals
+            .get(uri)
+            .is_some_and(|t| self.clients.contains_key(&t.holder));
         let Some(t) = self.terminals.get_mut(uri) else {
             return;
         };
@@ -110,15 +114,19 @@ impl Inner {
             }
             StateAction::TerminalClaimed(c) => {
                 let dispatcher = origin.client_id.as_str();
-                if let Err(reason) =
-                    validate::check_claim_transfer(&t.state.claim, &t.holder, dispatcher, &c.claim)
-                {
+                if let Err(reason) = validate::check_claim_transfer(
+                    &t.state.claim,
+                    &t.holder,
+                    holder_connected,
+                    dispatcher,
+                    &c.claim,
+                ) {
                     self.reject(conn, uri, raw, origin, reason);
                     return;
                 }
-                // The holder's transfer moves the holding; a narrowing by another client
-                // (detach) leaves it with the holder.
-                if dispatcher == t.holder {
+                // The holder's transfer, and a take-over of an absent holder's claim, move the
+                // holding; a narrowing by another client (detach) leaves it with the holder.
+                if dispatcher == t.holder || !holder_connected {
                     t.holder = match &c.claim {
                         TerminalClaim::Client(cc) => cc.client_id.clone(),
                         TerminalClaim::Session(_) => dispatcher.to_string(),

@@ -123,16 +123,20 @@ pub fn parse_claim(raw: &Value) -> Result<TerminalClaim, String> {
     serde_json::from_value(raw.clone()).map_err(|e| format!("malformed claim: {e}"))
 }
 
-/// Decision D6: may the client `dispatcher` replace `current` (held by `holder`) with `new`?
-/// The holder may transfer to anything; anyone may narrow a session claim (same session and
-/// chat, `turnId`/`toolCallId` kept or dropped — the detach flow). Err is the reason.
+/// Decision D6 with its take-over extension: may the client `dispatcher` replace `current`
+/// (held by `holder`, who has a live connection iff `holder_connected`) with `new`?
+/// The holder may transfer to anything; anyone may take a claim whose holder has no live
+/// connection (an agent that went away); anyone may narrow a session claim (same session and
+/// chat, `turnId`/`toolCallId` kept or dropped — the detach flow). Err is the
+/// `rejectionReason`, naming the holder.
 pub fn check_claim_transfer(
     current: &TerminalClaim,
     holder: &str,
+    holder_connected: bool,
     dispatcher: &str,
     new: &TerminalClaim,
 ) -> Result<(), String> {
-    if dispatcher == holder {
+    if dispatcher == holder || !holder_connected {
         return Ok(());
     }
     if let (TerminalClaim::Session(cur), TerminalClaim::Session(next)) = (current, new) {
@@ -141,8 +145,9 @@ pub fn check_claim_transfer(
         }
     }
     Err(format!(
-        "terminal is held by client {holder:?}; only the holder may transfer the claim \
-         (others may only narrow a session claim)"
+        "terminal is held by client {holder:?}, which is connected; only the holder may \
+         transfer the claim (others may narrow a session claim, or take the claim once its \
+         holder has no connection)"
     ))
 }
 
@@ -247,10 +252,15 @@ mod tests {
         let bg = parse_claim(&json!({"kind":"session","session":"s:/1","chat":"c:/1"})).unwrap();
         let other = parse_claim(&json!({"kind":"session","session":"s:/2","chat":"c:/1"})).unwrap();
         let client = parse_claim(&json!({"kind":"client","clientId":"b"})).unwrap();
-        assert!(check_claim_transfer(&tool, "a", "b", &bg).is_ok());
-        assert!(check_claim_transfer(&bg, "a", "b", &tool).is_err());
-        assert!(check_claim_transfer(&tool, "a", "b", &other).is_err());
-        assert!(check_claim_transfer(&tool, "a", "b", &client).is_err());
-        assert!(check_claim_transfer(&tool, "a", "a", &client).is_ok());
+        assert!(check_claim_transfer(&tool, "a", true, "b", &bg).is_ok());
+        assert!(check_claim_transfer(&bg, "a", true, "b", &tool).is_err());
+        assert!(check_claim_transfer(&tool, "a", true, "b", &other).is_err());
+        assert!(check_claim_transfer(&tool, "a", true, "b", &client).is_err());
+        assert!(check_claim_transfer(&tool, "a", true, "a", &client).is_ok());
+        // A holder without a live connection gives the claim up to anyone.
+        assert!(check_claim_transfer(&tool, "a", false, "b", &client).is_ok());
+        assert!(check_claim_transfer(&bg, "a", false, "b", &other).is_ok());
+        let refused = check_claim_transfer(&client, "a", true, "b", &client).unwrap_err();
+        assert!(refused.contains("\"a\""), "{refused}");
     }
 }

@@ -279,9 +279,17 @@ impl Rng {
     }
 }
 
-/// D6 as a model: may `dispatcher` replace `cur` (held by `holder`) with `new`?
-pub fn d6_allows(cur: &Value, holder: &str, dispatcher: &str, new: &Value) -> bool {
-    if dispatcher == holder {
+/// D6 as a model: may `dispatcher` replace `cur` (held by `holder`, connected iff
+/// `holder_connected`) with `new`? The holder may transfer; anyone may take an absent holder's
+/// claim; anyone may narrow a session claim.
+pub fn d6_allows(
+    cur: &Value,
+    holder: &str,
+    holder_connected: bool,
+    dispatcher: &str,
+    new: &Value,
+) -> bool {
+    if dispatcher == holder || !holder_connected {
         return true;
     }
     if cur["kind"] != "session" || new["kind"] != "session" {
