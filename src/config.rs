@@ -44,8 +44,54 @@ pub const DEFAULT_PING_TIMEOUT: Duration = Duration::from_secs(30);
 /// at start, so terminals never inherit it).
 pub const TOKEN_ENV: &str = "AHPTY_TOKEN";
 
+/// Set in every terminal's environment to the terminal's URI (`ahpty attach` refuses to attach
+/// a terminal to itself).
+pub const TERMINAL_ENV: &str = "AHPTY_TERMINAL";
+
+/// Set in every terminal's environment to the daemon instance's id (the `hostId` of
+/// `ahpty/listTerminals`), so a URI is only compared with terminals of the same daemon.
+pub const HOST_ID_ENV: &str = "AHPTY_HOST_ID";
+
+/// Set in every terminal's environment to the daemon's own executable (`ahpty run` types
+/// `exec "$AHPTY_EXE" …` into the shell).
+pub const EXE_ENV: &str = "AHPTY_EXE";
+
 /// Shortest accepted configured token, in bytes.
 pub const MIN_TOKEN_LEN: usize = 16;
+
+/// Environment variable naming the daemon the CLI's client subcommands talk to (`ws://…`,
+/// `wss://…` or `unix:PATH`), overridden by `--url`; unset → [`default_socket_path`].
+pub const URL_ENV: &str = "AHPTY_URL";
+
+/// The Unix socket `ahpty serve` listens on by default and the client subcommands connect to
+/// when neither `--url` nor `$AHPTY_URL` names a daemon:
+///
+/// - `$XDG_RUNTIME_DIR/ahpty/ahpty.sock` when `XDG_RUNTIME_DIR` is set to an absolute path
+///   (the per-user runtime directory of systemd-logind: private, cleared at logout);
+/// - otherwise `/tmp/ahpty-$UID/ahpty.sock` (`$UID` being the effective user id), the tmux
+///   convention. `TMPDIR` is deliberately not consulted, so a daemon started by a service
+///   manager and a client started from a login shell agree on the path.
+///
+/// Either directory is created with mode 0700 by the daemon and must belong to the daemon's
+/// user (see `server::unix`); the client checks the daemon's uid on the socket itself
+/// (`SO_PEERCRED`) before sending anything, so a socket planted by another user is refused.
+pub fn default_socket_path() -> PathBuf {
+    default_socket_path_from(std::env::var_os("XDG_RUNTIME_DIR"), effective_uid())
+}
+
+/// [`default_socket_path`] for a given `XDG_RUNTIME_DIR` value and uid (testable).
+pub fn default_socket_path_from(runtime_dir: Option<std::ffi::OsString>, uid: u32) -> PathBuf {
+    match runtime_dir.map(PathBuf::from) {
+        Some(dir) if dir.is_absolute() => dir.join("ahpty").join("ahpty.sock"),
+        _ => PathBuf::from(format!("/tmp/ahpty-{uid}")).join("ahpty.sock"),
+    }
+}
+
+/// The process's effective user id.
+pub fn effective_uid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
 
 /// Where the daemon accepts connections.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -241,4 +287,23 @@ pub fn is_executable(path: &std::path::Path) -> bool {
     std::fs::metadata(path)
         .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
         .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_socket_paths() {
+        assert_eq!(
+            default_socket_path_from(Some("/run/user/1000".into()), 1000),
+            PathBuf::from("/run/user/1000/ahpty/ahpty.sock")
+        );
+        for unset in [None, Some("".into()), Some("relative/dir".into())] {
+            assert_eq!(
+                default_socket_path_from(unset, 1000),
+                PathBuf::from("/tmp/ahpty-1000/ahpty.sock")
+            );
+        }
+    }
 }

@@ -16,6 +16,7 @@
 //! `resume.rs` reconnect and reaping, `flow.rs` backpressure; `pump.rs` is the per-terminal task.
 
 mod actions;
+pub mod catalog;
 pub mod channel;
 mod flow;
 pub mod history;
@@ -49,6 +50,8 @@ pub type ConnId = u64;
 /// The host: shared by every connection and terminal task.
 pub struct Host {
     config: Config,
+    /// A random UUID naming this daemon instance (exported to terminals as `AHPTY_HOST_ID`).
+    instance_id: String,
     inner: Mutex<Inner>,
     /// Signalled whenever any connection's writer has written to its socket.
     progress: Arc<Notify>,
@@ -96,6 +99,8 @@ struct TerminalEntry {
     history: History,
     /// When the holder's last connection went away (`None` while it is connected).
     orphaned_since: Option<Instant>,
+    /// Creation time, Unix milliseconds.
+    created_ms: i64,
 }
 
 impl Host {
@@ -103,6 +108,7 @@ impl Host {
     pub fn new(config: &Config) -> Arc<Host> {
         Arc::new(Host {
             config: config.clone(),
+            instance_id: uuid::Uuid::new_v4().to_string(),
             progress: Arc::new(Notify::new()),
             inner: Mutex::new(Inner {
                 server_seq: 0,

@@ -23,6 +23,7 @@ use tokio_tungstenite::tungstenite::Utf8Bytes;
 use super::channel::{self, ChannelKind};
 use super::history::History;
 use super::{pump, scrollback, validate, ConnId, Host, Inner, Outbox, TerminalEntry};
+use crate::config::{EXE_ENV, HOST_ID_ENV, TERMINAL_ENV};
 use crate::rpc::error::RpcError;
 use crate::rpc::frame;
 use crate::terminal::{
@@ -32,6 +33,17 @@ use crate::terminal::{
 /// Largest `data` of one `terminal/data` envelope, in bytes; longer output is split on
 /// character boundaries.
 pub const MAX_DATA_BYTES: usize = 1024 * 1024;
+
+/// The daemon's executable path, without the ` (deleted)` Linux appends once the file was
+/// replaced (an upgrade in place leaves the new binary at the same path).
+fn own_executable() -> Option<std::ffi::OsString> {
+    let exe = std::env::current_exe().ok()?.into_os_string();
+    let text = exe.to_string_lossy();
+    match text.strip_suffix(" (deleted)") {
+        Some(path) => Some(path.into()),
+        None => Some(exe),
+    }
+}
 
 impl Host {
     /// `createTerminal` (notes §9.5): validates, spawns the shell on a new pty, registers the
@@ -93,7 +105,7 @@ impl Host {
         let nonce = shell_integration::new_nonce();
         let inject =
             self.config.shell_integration && shell_integration::shell_kind(&shell).is_some();
-        let request = self.spawn_request(shell.clone(), cwd.clone(), cols, rows);
+        let request = self.spawn_request(&uri, shell.clone(), cwd.clone(), cols, rows);
         let pipeline = OutputPipeline::new(nonce.clone(), Some(cwd_uri.clone()), inject);
         let started = tokio::task::spawn_blocking(move || {
             let mut request = request;
@@ -147,6 +159,7 @@ impl Host {
                     content_bytes: 0,
                     history: History::new(self.config.history_bytes, floor),
                     orphaned_since: None,
+                    created_ms: shell_integration::now_ms(),
                 },
             );
             inner.refresh_orphans();
@@ -168,8 +181,12 @@ impl Host {
         Ok(())
     }
 
+    /// The shell's command, cwd, size and environment: the daemon's environment plus `TERM`,
+    /// `COLORTERM`, a UTF-8 `LANG` when no locale is set, and the [`TERMINAL_ENV`],
+    /// [`HOST_ID_ENV`] and [`EXE_ENV`] variables the CLI relies on.
     pub(super) fn spawn_request(
         &self,
+        uri: &str,
         shell: PathBuf,
         cwd: PathBuf,
         cols: u16,
@@ -178,7 +195,12 @@ impl Host {
         let mut env = vec![
             ("TERM".into(), "xterm-256color".into()),
             ("COLORTERM".into(), "truecolor".into()),
+            (TERMINAL_ENV.into(), uri.into()),
+            (HOST_ID_ENV.into(), self.instance_id.clone().into()),
         ];
+        if let Some(exe) = own_executable() {
+            env.push((EXE_ENV.into(), exe));
+        }
         let has_locale = ["LC_ALL", "LC_CTYPE", "LANG"]
             .iter()
             .any(|k| std::env::var_os(k).is_some_and(|v| !v.is_empty()));

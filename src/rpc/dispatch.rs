@@ -145,6 +145,14 @@ impl RpcConnection {
             "subscribe" => self.subscribe(id, params),
             "createTerminal" => self.create_terminal(id, params).await,
             "disposeTerminal" => self.dispose_terminal(id, params),
+            // ahpty's extension: the terminal list with sizes, cwds, ages and holder presence.
+            crate::host::catalog::LIST_TERMINALS => {
+                let listing = self.host.list_terminals(self.conn);
+                self.reply(
+                    &id,
+                    serde_json::to_value(listing).map_err(|e| RpcError::internal(e.to_string())),
+                );
+            }
             "dispatchAction" => {
                 let r = self.dispatch_action(params).map(|_| Value::Null);
                 self.reply(&id, r);

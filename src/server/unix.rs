@@ -14,6 +14,8 @@ use std::path::{Path, PathBuf};
 
 use tokio::net::{UnixListener, UnixStream};
 
+use crate::config::effective_uid as euid;
+
 /// A bound Unix socket; removes its file on drop.
 pub struct UnixSocket {
     listener: UnixListener,
@@ -150,9 +152,4 @@ fn prepare_dir(path: &Path) -> io::Result<()> {
             Ok(())
         }
     }
-}
-
-fn euid() -> u32 {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() }
 }
