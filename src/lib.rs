@@ -3,8 +3,11 @@
 //! Data flows one way: pty bytes → [`terminal`] (UTF-8 assembly, shell-integration parsing)
 //! → actions → [`host`] (the authoritative store: reducers, `serverSeq`, fan-out) → each
 //! connection's outbox → [`server`] (WebSocket). Client requests come in through [`rpc`]
-//! (JSON-RPC framing and the method table) and reach the same host.
+//! (JSON-RPC framing and the method table) and reach the same host. [`client`] is the other
+//! side: the CLI's subcommands (`ls`, `attach`, `run`, `logs`, …) talking to a daemon through
+//! the official `ahp` client.
 
+pub mod client;
 pub mod config;
 pub mod host;
 pub mod rpc;

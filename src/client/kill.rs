@@ -1,0 +1,14 @@
+//! `ahpty kill TERMINAL`: dispose of a terminal (`disposeTerminal`): it disappears from the
+//! list and every process of its session gets SIGHUP, then SIGKILL after the daemon's
+//! `--kill-grace-ms`; returns once they are gone.
+
+use super::{remote, Conn, Outcome, Target};
+
+/// `ahpty kill`.
+pub async fn kill(target: &Target, token: Option<&str>, query: &str) -> Outcome {
+    let conn = Conn::open(target, token, &[]).await?;
+    let (t, _) = remote::find(&conn, query).await?;
+    remote::dispose(&conn, &t.resource).await?;
+    conn.close().await;
+    Ok(0)
+}

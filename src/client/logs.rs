@@ -1,0 +1,77 @@
+//! `ahpty logs TERMINAL [--follow] [--plain]`: a terminal's retained output (the snapshot's
+//! content, up to the daemon's `--scrollback-bytes`), then with `--follow` its live output
+//! until it exits or is disposed (like `docker logs -f`). `--plain` strips escape sequences
+//! ([`super::plain`]). With `--follow`, a reader that stops reading for longer than the
+//! daemon's `--stall-timeout` is disconnected (exit 255).
+
+use ahp::ahp_types::actions::StateAction;
+use ahp::ahp_types::state::TerminalLifecycleState;
+use tokio::io::AsyncWriteExt;
+
+use super::connect::ROOT;
+use super::plain::Plain;
+use super::{remote, Conn, Failure, Outcome, Target};
+
+/// `ahpty logs`.
+pub async fn logs(
+    target: &Target,
+    token: Option<&str>,
+    query: &str,
+    follow: bool,
+    plain: bool,
+) -> Outcome {
+    let subs: &[&str] = if follow { &[ROOT] } else { &[] };
+    let mut conn = Conn::open(target, token, subs).await?;
+    let (t, _) = remote::find(&conn, query).await?;
+    let uri = t.resource;
+    let (state, from_seq) = remote::subscribe(&conn, &uri).await?;
+    let mut filter = plain.then(Plain::new);
+    let mut out = tokio::io::stdout();
+    let mut emit = |text: &str| match &mut filter {
+        Some(p) => p.push(text),
+        None => text.to_string(),
+    };
+    let first = emit(&remote::replay(&state));
+    if write(&mut out, &first).await.is_err() {
+        return Ok(0);
+    }
+    let running = matches!(state.lifecycle, TerminalLifecycleState::Running(_));
+    if !follow || !running {
+        conn.close().await;
+        return Ok(0);
+    }
+    loop {
+        let Some(e) = conn.next_event().await else {
+            return Err(Failure::lost());
+        };
+        if e.server_seq <= from_seq {
+            continue;
+        }
+        if e.channel == ROOT && remote::disposed(&e, &uri) {
+            break;
+        }
+        if e.channel != uri {
+            continue;
+        }
+        match &e.action {
+            StateAction::TerminalData(d) => {
+                let text = emit(&d.data);
+                if write(&mut out, &text).await.is_err() {
+                    break;
+                }
+            }
+            StateAction::TerminalExited(_) => break,
+            _ => {}
+        }
+    }
+    conn.close().await;
+    Ok(0)
+}
+
+async fn write(out: &mut tokio::io::Stdout, text: &str) -> std::io::Result<()> {
+    if text.is_empty() {
+        return Ok(());
+    }
+    out.write_all(text.as_bytes()).await?;
+    out.flush().await
+}

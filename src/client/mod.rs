@@ -1,0 +1,126 @@
+//! The CLI's side: the client subcommands (`ls`, `attach`, `new`, `send`, `kill`, `run`,
+//! `logs`) talking to a running daemon through the official `ahp` client over `ahp-ws` (or a
+//! WebSocket over the Unix socket, [`connect`]), plus the small program `ahpty run` starts
+//! inside the terminal ([`wrapper`]).
+//!
+//! Each subcommand is one async function returning an exit status; every failure is one line
+//! on stderr (`ahpty: …`). Exit statuses (docs/cli.md):
+//!
+//! | status | meaning |
+//! |---|---|
+//! | 0 | done |
+//! | 1 | the daemon refused or could not do it; no terminal matches; ambiguous selection |
+//! | 2 | no daemon reachable (none running, wrong URL or token, not an ahpty daemon); usage |
+//! | 255 | the connection was lost in the middle of `attach`, `run` or `logs --follow` |
+//! | other | `attach` and `run`: the remote program's exit status |
+//!
+//! Imports: `config` (the default socket), `host::catalog` (the listing's wire type),
+//! `terminal::MAX_DIMENSION`; nothing of the server.
+
+pub mod attach;
+pub mod connect;
+pub mod kill;
+pub mod logs;
+pub mod ls;
+mod modes;
+pub mod new;
+pub mod plain;
+mod remote;
+pub mod run;
+pub mod select;
+pub mod send;
+mod tty;
+pub mod wrapper;
+
+use std::fmt;
+
+pub use connect::{Conn, Target};
+
+/// Exit status: the daemon refused or could not do it, or the selection failed.
+pub const EXIT_FAILED: u8 = 1;
+/// Exit status: no daemon could be reached.
+pub const EXIT_UNREACHABLE: u8 = 2;
+/// Exit status: the connection was lost mid-way.
+pub const EXIT_LOST: u8 = 255;
+
+/// A failed subcommand: the exit status and the one line printed as `ahpty: {message}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// Process exit status.
+    pub code: u8,
+    /// One line, without the `ahpty: ` prefix.
+    pub message: String,
+}
+
+impl Failure {
+    /// Exit status 1.
+    pub fn failed(message: impl Into<String>) -> Failure {
+        Failure {
+            code: EXIT_FAILED,
+            message: message.into(),
+        }
+    }
+
+    /// Exit status 2.
+    pub fn unreachable(message: impl Into<String>) -> Failure {
+        Failure {
+            code: EXIT_UNREACHABLE,
+            message: message.into(),
+        }
+    }
+
+    /// Exit status 255.
+    pub fn lost() -> Failure {
+        Failure {
+            code: EXIT_LOST,
+            message: "lost the connection to the daemon".into(),
+        }
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// What a subcommand returns: the exit status, or a failure to print.
+pub type Outcome = Result<u8, Failure>;
+
+/// Runs a client subcommand on a fresh single-purpose runtime and turns its outcome into an
+/// exit status, printing a failure as one line on stderr.
+pub fn run_command<F>(fut: F) -> u8
+where
+    F: std::future::Future<Output = Outcome>,
+{
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("ahpty: cannot start the async runtime: {e}");
+            return EXIT_FAILED;
+        }
+    };
+    let outcome = runtime.block_on(fut);
+    // Threads blocked on stdin (attach) must not keep the process alive.
+    runtime.shutdown_background();
+    match outcome {
+        Ok(code) => code,
+        Err(f) => {
+            eprintln!("ahpty: {}", one_line(&f.message));
+            f.code
+        }
+    }
+}
+
+/// `text` on one line: newlines and other control characters become spaces.
+pub fn one_line(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect::<String>()
+        .trim()
+        .to_string()
+}
