@@ -299,7 +299,7 @@ struct TargetArgs {
     /// The daemon: ws://HOST:PORT?tkn=TOKEN, wss://HOST:PORT?tkn=TOKEN or unix:PATH
     /// [default: the default socket, $XDG_RUNTIME_DIR/ahpty/ahpty.sock, else
     /// /tmp/ahpty-$UID/ahpty.sock]. A ws:// URL without `tkn` sends $AHPTY_TOKEN, if set.
-    #[arg(long, value_name = "URL", env = "AHPTY_URL", global = true)]
+    #[arg(long, value_name = "URL", env = "AHPTY_URL")]
     url: Option<String>,
 }
 
@@ -388,7 +388,7 @@ the program was not found.
 Examples:
   ahpty run -- make test
   ahpty run --cwd /srv/app -- sh -c 'npm ci && npm test'
-  ahpty run --keep -- ./long-job.sh; ahpty logs long-job";
+  ahpty run --keep -- ./long-job.sh; ahpty logs ./long-job.sh";
 
 const LOGS_ABOUT: &str = "Print a terminal's retained output (its scrollback, raw terminal \
 output with escape sequences), then with --follow its live output until it exits. --plain \

@@ -52,7 +52,13 @@ impl Human {
         cmd.env("HOME", d.home());
         cmd.env("XDG_RUNTIME_DIR", d.runtime_dir());
         cmd.env("TERM", "xterm-256color");
-        for var in ["AHPTY_URL", "AHPTY_TOKEN", "AHPTY_TERMINAL", "AHPTY_HOST_ID", "RUST_LOG"] {
+        for var in [
+            "AHPTY_URL",
+            "AHPTY_TOKEN",
+            "AHPTY_TERMINAL",
+            "AHPTY_HOST_ID",
+            "RUST_LOG",
+        ] {
             cmd.env_remove(var);
         }
         let child = pair.slave.spawn_command(cmd).expect("spawn sh on the pty");
@@ -113,7 +119,9 @@ impl Human {
     /// The text after the last occurrence of `marker`.
     fn after(&self, marker: &str) -> String {
         let t = self.text();
-        t.rsplit_once(marker).map(|(_, r)| r.to_string()).unwrap_or_default()
+        t.rsplit_once(marker)
+            .map(|(_, r)| r.to_string())
+            .unwrap_or_default()
     }
 }
 
@@ -135,7 +143,10 @@ fn blocking<R>(f: impl FnOnce() -> R) -> R {
 fn assert_modes_restored(human: &Human) {
     let (before, after) = human.tty_modes();
     assert!(!before.trim().is_empty());
-    assert_eq!(before, after, "the local terminal's modes were not restored");
+    assert_eq!(
+        before, after,
+        "the local terminal's modes were not restored"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -173,7 +184,11 @@ async fn keys_output_resize_and_detach_with_the_terminal_left_running() {
         .await;
     human.type_keys(b"stty size; echo sized-$((1+1))\r");
     blocking(|| human.wait_for("sized-2"));
-    assert!(human.text().contains("30 100"), "{}", tail(&human.text(), 800));
+    assert!(
+        human.text().contains("30 100"),
+        "{}",
+        tail(&human.text(), 800)
+    );
 
     // The remote program hides the cursor; detaching shows it again.
     human.type_keys(b"printf '\\033[?25l'; echo hidden-$((2+2))\r");
@@ -183,7 +198,12 @@ async fn keys_output_resize_and_detach_with_the_terminal_left_running() {
     let end = human.after("hidden-4");
     assert!(end.contains("\x1b[?25h"), "cursor not shown again: {end:?}");
     assert!(end.contains("attach-rc=0"), "{end:?}");
-    assert!(end.contains(&format!("ahpty: detached (Ctrl-\\) from {t}; it keeps running")), "{end:?}");
+    assert!(
+        end.contains(&format!(
+            "ahpty: detached (Ctrl-\\) from {t}; it keeps running"
+        )),
+        "{end:?}"
+    );
     assert_modes_restored(&human);
 
     // The terminal still runs: it answers its watcher.
@@ -201,7 +221,11 @@ async fn the_remote_exit_code_becomes_the_exit_status() {
     blocking(|| human.wait_for("script-done"));
     let text = human.text();
     assert!(text.contains("attach-rc=7"), "{}", tail(&text, 600));
-    assert!(text.contains(&format!("ahpty: {t} exited with code 7")), "{}", tail(&text, 600));
+    assert!(
+        text.contains(&format!("ahpty: {t} exited with code 7")),
+        "{}",
+        tail(&text, 600)
+    );
     assert_modes_restored(&human);
 }
 
@@ -221,6 +245,9 @@ async fn a_killed_daemon_leaves_the_local_terminal_restored_and_one_line() {
         1,
         "exactly one line from ahpty: {end:?}"
     );
-    assert!(end.contains("ahpty: lost the connection to the daemon\r\n"), "{end:?}");
+    assert!(
+        end.contains("ahpty: lost the connection to the daemon\r\n"),
+        "{end:?}"
+    );
     assert_modes_restored(&human);
 }

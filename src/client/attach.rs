@@ -115,8 +115,8 @@ pub async fn attach(
     query: &str,
     opts: &AttachOptions,
 ) -> Outcome {
-    let conn = Conn::open(target, token, &[ROOT]).await?;
-    let (t, host_id) = remote::find(&conn, query).await?;
+    let mut conn = Conn::open(target, token, &[ROOT]).await?;
+    let (t, host_id) = remote::find(&mut conn, query).await?;
     refuse_self(&t.resource, &host_id)?;
     attach_to(conn, &t.resource, &t.holder, opts).await
 }
@@ -149,7 +149,7 @@ pub async fn attach_to(mut conn: Conn, uri: &str, holder: &str, opts: &AttachOpt
             },
         );
     }
-    let (state, from_seq) = remote::subscribe(&conn, uri).await?;
+    let (state, from_seq) = remote::subscribe(&mut conn, uri).await?;
     let exited = match &state.lifecycle {
         TerminalLifecycleState::Exited(e) => Some(e.exit_code),
         TerminalLifecycleState::Running(_) => None,

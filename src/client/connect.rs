@@ -17,6 +17,7 @@
 //! Failures become one line each: no daemon (exit 2, with how to start one), a token refused,
 //! a host that is not ahpty, a lost connection (255).
 
+use std::collections::VecDeque;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -121,6 +122,10 @@ pub struct Conn {
     pub init: InitializeResult,
     events: ClientEventStream,
     credits: Arc<Semaphore>,
+    /// Envelopes read while waiting for an answer, for [`Conn::next_event`].
+    pending: VecDeque<ActionEnvelope>,
+    /// Envelopes are no longer wanted (see [`Conn::discard_events`]).
+    discard: bool,
     target: Target,
 }
 
@@ -201,6 +206,8 @@ impl Conn {
             init,
             events,
             credits,
+            pending: VecDeque::new(),
+            discard: false,
             target: target.clone(),
         })
     }
@@ -212,6 +219,13 @@ impl Conn {
 
     /// The next action envelope (any channel), `None` once the connection is gone.
     pub async fn next_event(&mut self) -> Option<ActionEnvelope> {
+        if let Some(e) = self.pending.pop_front() {
+            return Some(e);
+        }
+        self.recv_event().await
+    }
+
+    async fn recv_event(&mut self) -> Option<ActionEnvelope> {
         loop {
             let ev = self.events.recv().await?;
             self.credits.add_permits(1);
@@ -221,21 +235,65 @@ impl Conn {
         }
     }
 
-    /// A request; an error response becomes a one-line [`Failure`] (exit 1) carrying the
+    /// Takes every envelope already received into the buffer, then removes and returns the
+    /// first one matching `pred`.
+    pub fn take_buffered(
+        &mut self,
+        pred: impl Fn(&ActionEnvelope) -> bool,
+    ) -> Option<ActionEnvelope> {
+        while let Some(Some(e)) = futures_util::FutureExt::now_or_never(self.recv_event()) {
+            if !self.discard {
+                self.pending.push_back(e);
+            }
+        }
+        let i = self.pending.iter().position(pred)?;
+        self.pending.remove(i)
+    }
+
+    /// From now on, envelopes that arrive while waiting for an answer are dropped (the caller
+    /// is done with the stream, e.g. disposing of the terminal it watched).
+    pub fn discard_events(&mut self) {
+        self.discard = true;
+        self.pending.clear();
+    }
+
+    /// A request. Envelopes arriving meanwhile are kept for [`Conn::next_event`] (so the flow
+    /// gate never holds the answer back behind them).
+    pub async fn call<R: DeserializeOwned>(
+        &mut self,
+        method: &str,
+        params: Value,
+    ) -> Result<R, ClientError> {
+        let client = self.client.clone();
+        let method = method.to_string();
+        let answer = async move { client.request::<_, R>(&method, params).await };
+        tokio::pin!(answer);
+        loop {
+            tokio::select! {
+                biased;
+                r = &mut answer => return r,
+                ev = self.recv_event() => match ev {
+                    Some(e) if !self.discard => self.pending.push_back(e),
+                    Some(_) => {}
+                    // The answer fails too now.
+                    None => return answer.await,
+                },
+            }
+        }
+    }
+
+    /// [`Conn::call`] with an error response as a one-line [`Failure`] (exit 1) carrying the
     /// daemon's message, a lost connection [`Failure::lost`].
     pub async fn request<R: DeserializeOwned>(
-        &self,
+        &mut self,
         method: &str,
         params: Value,
     ) -> Result<R, Failure> {
-        self.client
-            .request(method, params)
-            .await
-            .map_err(request_failure)
+        self.call(method, params).await.map_err(request_failure)
     }
 
     /// `ahpty/listTerminals`.
-    pub async fn list(&self) -> Result<TerminalListing, Failure> {
+    pub async fn list(&mut self) -> Result<TerminalListing, Failure> {
         self.request(LIST_TERMINALS, json!({ "channel": ROOT }))
             .await
     }

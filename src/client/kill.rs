@@ -6,9 +6,9 @@ use super::{remote, Conn, Outcome, Target};
 
 /// `ahpty kill`.
 pub async fn kill(target: &Target, token: Option<&str>, query: &str) -> Outcome {
-    let conn = Conn::open(target, token, &[]).await?;
-    let (t, _) = remote::find(&conn, query).await?;
-    remote::dispose(&conn, &t.resource).await?;
+    let mut conn = Conn::open(target, token, &[]).await?;
+    let (t, _) = remote::find(&mut conn, query).await?;
+    remote::dispose(&mut conn, &t.resource).await?;
     conn.close().await;
     Ok(0)
 }

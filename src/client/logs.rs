@@ -22,9 +22,9 @@ pub async fn logs(
 ) -> Outcome {
     let subs: &[&str] = if follow { &[ROOT] } else { &[] };
     let mut conn = Conn::open(target, token, subs).await?;
-    let (t, _) = remote::find(&conn, query).await?;
+    let (t, _) = remote::find(&mut conn, query).await?;
     let uri = t.resource;
-    let (state, from_seq) = remote::subscribe(&conn, &uri).await?;
+    let (state, from_seq) = remote::subscribe(&mut conn, &uri).await?;
     let mut filter = plain.then(Plain::new);
     let mut out = tokio::io::stdout();
     let mut emit = |text: &str| match &mut filter {

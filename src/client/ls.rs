@@ -89,7 +89,7 @@ pub fn now_ms() -> i64 {
 
 /// `ahpty ls`.
 pub async fn ls(target: &Target, token: Option<&str>, json: bool) -> Outcome {
-    let conn = Conn::open(target, token, &[]).await?;
+    let mut conn = Conn::open(target, token, &[]).await?;
     let listing = conn.list().await?;
     conn.close().await;
     let now = now_ms();

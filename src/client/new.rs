@@ -32,7 +32,7 @@ pub async fn new(target: &Target, token: Option<&str>, opts: &NewOptions) -> Out
         None => std::env::current_dir(),
     }
     .map_err(|e| Failure::failed(format!("cannot determine the working directory: {e}")))?;
-    let conn = Conn::open(target, token, &[ROOT]).await?;
+    let mut conn = Conn::open(target, token, &[ROOT]).await?;
     let uri = format!("ahp-terminal:/{}", uuid::Uuid::new_v4());
     let mut params = json!({
         "channel": uri,
@@ -46,7 +46,7 @@ pub async fn new(target: &Target, token: Option<&str>, opts: &NewOptions) -> Out
         params["cols"] = json!(cols);
         params["rows"] = json!(rows);
     }
-    run::create(&conn, params, &cwd).await?;
+    run::create(&mut conn, params, &cwd).await?;
     match &opts.attach {
         Some(a) => attach_to(conn, &uri, CLIENT_ID, a).await,
         None => {

@@ -5,16 +5,15 @@
 
 use ahp::ahp_types::actions::{ActionEnvelope, StateAction, TerminalInputAction};
 use ahp::ahp_types::state::{TerminalContentPart, TerminalState};
-use futures_util::FutureExt;
 use serde_json::{json, Value};
 
-use super::connect::{request_failure, ROOT};
+use super::connect::ROOT;
 use super::select::select;
 use super::{Conn, Failure};
 use crate::host::catalog::TerminalSummary;
 
 /// The listed terminal `query` designates (see [`super::select`]), and the daemon's host id.
-pub async fn find(conn: &Conn, query: &str) -> Result<(TerminalSummary, String), Failure> {
+pub async fn find(conn: &mut Conn, query: &str) -> Result<(TerminalSummary, String), Failure> {
     let listing = conn.list().await?;
     let t = select(&listing.terminals, query)?.clone();
     Ok((t, listing.host_id))
@@ -22,7 +21,7 @@ pub async fn find(conn: &Conn, query: &str) -> Result<(TerminalSummary, String),
 
 /// `subscribe` to a terminal: its state and the snapshot's `fromSeq` (every later action on
 /// it has a larger `serverSeq`).
-pub async fn subscribe(conn: &Conn, uri: &str) -> Result<(TerminalState, u64), Failure> {
+pub async fn subscribe(conn: &mut Conn, uri: &str) -> Result<(TerminalState, u64), Failure> {
     let result: Value = conn.request("subscribe", json!({ "channel": uri })).await?;
     let snapshot = result
         .get("snapshot")
@@ -56,8 +55,7 @@ pub fn replay(state: &TerminalState) -> String {
 
 /// Dispatches `action` to `uri` and waits until the daemon has judged it: `Ok` when it was
 /// accepted, `Err(rejectionReason)` when it was rejected. (A rejection goes to the dispatcher
-/// only and is sent before the answer to a `ping` sent after the action.) Envelopes read while
-/// waiting are dropped: call this before subscribing to `uri`.
+/// only and is sent before the answer to a `ping` sent after the action.)
 pub async fn dispatch_checked(
     conn: &mut Conn,
     uri: &str,
@@ -68,34 +66,15 @@ pub async fn dispatch_checked(
         .dispatch(uri.into(), action)
         .await
         .map_err(|_| Failure::lost())?;
-    let client = conn.client.clone();
-    let mut ping = Box::pin(async move {
-        client
-            .request::<_, Value>("ping", json!({ "channel": ROOT }))
-            .await
-    });
-    loop {
-        tokio::select! {
-            biased;
-            ev = conn.next_event() => match ev {
-                Some(e) => if let Some(reason) = rejected(&e, uri, handle.client_seq) {
-                    return Ok(Err(reason));
-                },
-                None => return Err(Failure::lost()),
-            },
-            r = &mut ping => {
-                r.map_err(request_failure)?;
-                break;
-            }
-        }
-    }
-    // The answer came after everything sent before it, which is in the event stream by now.
-    while let Some(Some(e)) = conn.next_event().now_or_never() {
-        if let Some(reason) = rejected(&e, uri, handle.client_seq) {
-            return Ok(Err(reason));
-        }
-    }
-    Ok(Ok(()))
+    conn.request::<Value>("ping", json!({ "channel": ROOT }))
+        .await?;
+    let seq = handle.client_seq;
+    Ok(
+        match conn.take_buffered(|e| rejected(e, uri, seq).is_some()) {
+            Some(e) => Err(e.rejection_reason.unwrap_or_default()),
+            None => Ok(()),
+        },
+    )
 }
 
 /// The `rejectionReason` if `e` is the rejection of our action `client_seq` on `uri`.
@@ -117,7 +96,7 @@ pub fn input(data: impl Into<String>) -> StateAction {
 }
 
 /// `disposeTerminal`: the terminal is removed and its processes are killed.
-pub async fn dispose(conn: &Conn, uri: &str) -> Result<(), Failure> {
+pub async fn dispose(conn: &mut Conn, uri: &str) -> Result<(), Failure> {
     conn.request::<Value>("disposeTerminal", json!({ "channel": uri }))
         .await
         .map(|_| ())

@@ -195,10 +195,11 @@ pub async fn run(target: &Target, token: Option<&str>, opts: &RunOptions) -> Out
         params["cols"] = json!(cols);
         params["rows"] = json!(rows);
     }
-    create(&conn, params, &cwd).await?;
+    create(&mut conn, params, &cwd).await?;
     let end = drive(&mut conn, &uri, &nonce, &line).await;
+    conn.discard_events();
     if !opts.keep {
-        let _ = remote::dispose(&conn, &uri).await;
+        let _ = remote::dispose(&mut conn, &uri).await;
     }
     conn.close().await;
     match end {
@@ -210,12 +211,8 @@ pub async fn run(target: &Target, token: Option<&str>, opts: &RunOptions) -> Out
 }
 
 /// `createTerminal`, with a missing cwd explained.
-pub async fn create(conn: &Conn, params: Value, cwd: &std::path::Path) -> Result<(), Failure> {
-    match conn
-        .client
-        .request::<_, Value>("createTerminal", params)
-        .await
-    {
+pub async fn create(conn: &mut Conn, params: Value, cwd: &std::path::Path) -> Result<(), Failure> {
+    match conn.call::<Value>("createTerminal", params).await {
         Ok(_) => Ok(()),
         Err(ClientError::Rpc(e)) if e.code == ahp_error_codes::NOT_FOUND => {
             Err(Failure::failed(format!(
@@ -246,10 +243,12 @@ fn title(argv: &[OsString]) -> String {
 }
 
 async fn drive(conn: &mut Conn, uri: &str, nonce: &str, line: &str) -> End {
-    let (_, from_seq) = match remote::subscribe(conn, uri).await {
+    let (state, from_seq) = match remote::subscribe(conn, uri).await {
         Ok(x) => x,
         Err(f) => return End::Failed(f),
     };
+    // A shell that already showed its first prompt with shell integration is reading.
+    let prompt_seen = state.supports_command_detection == Some(true);
     let (mut int, mut term, mut hup) = match (
         signal(SignalKind::interrupt()),
         signal(SignalKind::terminate()),
@@ -259,7 +258,7 @@ async fn drive(conn: &mut Conn, uri: &str, nonce: &str, line: &str) -> End {
         _ => return End::Failed(Failure::failed("cannot handle signals")),
     };
     let mut typed = false;
-    if line.len() <= TYPEAHEAD_BYTES {
+    if line.len() <= TYPEAHEAD_BYTES || prompt_seen {
         if let Err(f) = type_text(conn, uri, format!("{line}\r")).await {
             return End::Failed(f);
         }

@@ -13,7 +13,7 @@ pub async fn send(
     enter: bool,
 ) -> Outcome {
     let mut conn = Conn::open(target, token, &[]).await?;
-    let (t, _) = remote::find(&conn, query).await?;
+    let (t, _) = remote::find(&mut conn, query).await?;
     let mut data = text.to_string();
     if enter {
         data.push('\r');
