@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 use ahp::ahp_types::actions::StateAction;
 use common::*;
 use portable_pty::{native_pty_system, CommandBuilder, MasterPty, PtySize};
-use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -128,11 +127,7 @@ impl Human {
 /// A daemon, an `agent` client watching a fresh terminal whose shell is ready.
 async fn setup(tag: &str) -> (Daemon, Ahp, String) {
     let d = Daemon::start();
-    let mut agent = Ahp::connect(&d.url(), "agent", &[]).await;
-    let t = term_uri(tag);
-    agent.create_terminal(&t, json!({})).await.expect("create");
-    agent.subscribe(&t).await.expect("subscribe");
-    agent.ready(&t).await;
+    let (agent, t) = agent_with_terminal(&d, tag).await;
     (d, agent, t)
 }
 

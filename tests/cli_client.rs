@@ -270,11 +270,7 @@ async fn run_prints_only_the_output_and_exits_with_the_status() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn logs_plain_is_the_text_without_escapes_and_follow_ends_at_exit() {
     let d = Daemon::start();
-    let mut agent = Ahp::connect(&d.url(), "agent", &[]).await;
-    let t = term_uri("colour");
-    agent.create_terminal(&t, json!({})).await.expect("create");
-    agent.subscribe(&t).await.expect("subscribe");
-    agent.ready(&t).await;
+    let (mut agent, t) = agent_with_terminal(&d, "colour").await;
     agent
         .type_text(
             &t,
@@ -391,11 +387,7 @@ async fn attach_take_refused_while_the_holder_is_connected_allowed_once_it_is_go
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn attaching_a_terminal_to_itself_is_refused() {
     let d = Daemon::start();
-    let mut agent = Ahp::connect(&d.url(), "agent", &[]).await;
-    let t = term_uri("self");
-    agent.create_terminal(&t, json!({})).await.expect("create");
-    agent.subscribe(&t).await.expect("subscribe");
-    agent.ready(&t).await;
+    let (mut agent, t) = agent_with_terminal(&d, "self").await;
     agent
         .type_text(
             &t,
@@ -407,5 +399,30 @@ async fn attaching_a_terminal_to_itself_is_refused() {
         agent.data(&t).contains("refusing to attach"),
         "{}",
         tail(&agent.data(&t), 600)
+    );
+}
+
+#[test]
+fn run_stops_when_its_stdout_is_closed_in_the_middle_of_a_flood() {
+    use std::io::Read;
+    let d = Daemon::start();
+    let mut child = d.cli(&["run", "--", "yes", "flood"]).spawn().unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let mut first = [0u8; 6];
+    stdout.read_exact(&mut first).unwrap();
+    assert_eq!(&first, b"flood\n");
+    drop(stdout);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(child.wait()));
+    let status = rx
+        .recv_timeout(CLI_TIMEOUT)
+        .expect("run kept going with its stdout closed")
+        .unwrap();
+    assert_eq!(status.code(), Some(128 + 13), "SIGPIPE's status");
+    let out = run_cli(d.cli(&["ls", "--json"]), CLI_TIMEOUT);
+    assert_eq!(
+        out.stdout.trim(),
+        "[]",
+        "the flooding terminal was disposed: {out:?}"
     );
 }

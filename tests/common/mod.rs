@@ -648,6 +648,19 @@ impl Ahp {
     }
 }
 
+/// An `agent` client of `d` watching a fresh terminal (URI tagged `tag`) whose shell is ready.
+pub async fn agent_with_terminal(d: &Daemon, tag: &str) -> (Ahp, String) {
+    let mut agent = Ahp::connect(&d.url(), "agent", &[]).await;
+    let t = term_uri(tag);
+    agent
+        .create_terminal(&t, json!({}))
+        .await
+        .expect("createTerminal");
+    agent.subscribe(&t).await.expect("subscribe");
+    agent.ready(&t).await;
+    (agent, t)
+}
+
 pub fn is_exited(e: &ActionEnvelope, uri: &str) -> bool {
     e.channel == uri && matches!(e.action, StateAction::TerminalExited(_))
 }
