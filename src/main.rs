@@ -211,7 +211,12 @@ fn main() -> ExitCode {
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && socket.is_some() => {
+        Err(e)
+            if e.kind() == std::io::ErrorKind::AddrInUse
+                && socket
+                    .as_ref()
+                    .is_some_and(|p| e.to_string().contains(&p.display().to_string())) =>
+        {
             eprintln!("ahpty: {e} (to run a second daemon, give it --socket PATH or --no-socket)");
             ExitCode::from(1)
         }

@@ -426,3 +426,40 @@ fn run_stops_when_its_stdout_is_closed_in_the_middle_of_a_flood() {
         "the flooding terminal was disposed: {out:?}"
     );
 }
+
+#[test]
+fn serve_listens_on_the_default_socket_unless_moved_or_turned_off() {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    let d = Daemon::start();
+    let meta = std::fs::symlink_metadata(d.socket()).expect("the default socket exists");
+    assert!(meta.file_type().is_socket());
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    let dir = std::fs::metadata(d.socket().parent().unwrap()).unwrap();
+    assert_eq!(dir.permissions().mode() & 0o777, 0o700);
+
+    // A second daemon on the same default socket: refused, saying how to run one anyway.
+    let second = run_cli(
+        daemon_command(d.home(), &["--listen", "127.0.0.1:0", "--no-auth"]),
+        CLI_TIMEOUT,
+    );
+    assert_eq!(second.code, Some(1), "{second:?}");
+    assert!(second.stderr.contains("is in use"), "{second:?}");
+    assert!(
+        second.stderr.contains("--socket PATH or --no-socket"),
+        "{second:?}"
+    );
+
+    // --socket moves it (clients then name it), --no-socket turns it off.
+    let elsewhere = d.home().join("other.sock");
+    let moved = Daemon::start_with(&["--socket", elsewhere.to_str().unwrap()]);
+    assert!(
+        !moved.socket().exists(),
+        "--socket PATH replaces the default socket"
+    );
+    let mut ls = moved.cli(&["ls"]);
+    ls.env("AHPTY_URL", format!("unix:{}", elsewhere.display()));
+    assert_eq!(run_cli(ls, CLI_TIMEOUT).code, Some(0));
+    let off = Daemon::start_with(&["--no-socket"]);
+    assert!(!off.socket().exists());
+    assert_eq!(run_cli(off.cli(&["ls"]), CLI_TIMEOUT).code, Some(2));
+}
