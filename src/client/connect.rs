@@ -182,7 +182,7 @@ impl Conn {
             )
             .await
             .map_err(|e| match e {
-                ClientError::Rpc(e) => Failure::unreachable(format!(
+                ClientError::Rpc(e) if e.code != -32000 => Failure::unreachable(format!(
                     "the daemon at {} refused to initialize: {}",
                     target.describe(),
                     e.message
@@ -307,6 +307,9 @@ impl Conn {
 /// Maps a failed request to its one line.
 pub fn request_failure(e: ClientError) -> Failure {
     match e {
+        // What `ahp::Client` answers pending requests with when the connection ends (ahpty
+        // itself never sends -32000).
+        ClientError::Rpc(e) if e.code == -32000 => Failure::lost(),
         ClientError::Rpc(e) => Failure::failed(e.message),
         ClientError::Deserialization(e) => {
             Failure::failed(format!("unexpected answer from the daemon: {e}"))
