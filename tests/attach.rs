@@ -20,7 +20,7 @@ struct Human {
     master: Box<dyn MasterPty + Send>,
     keys: Box<dyn Write + Send>,
     screen: Arc<(Mutex<Vec<u8>>, Condvar)>,
-    _child: Box<dyn portable_pty::Child + Send + Sync>,
+    child: Box<dyn portable_pty::Child + Send + Sync>,
     dir: tempfile::TempDir,
 }
 
@@ -80,7 +80,7 @@ impl Human {
             master: pair.master,
             keys,
             screen,
-            _child: child,
+            child,
             dir,
         }
     }
@@ -107,6 +107,23 @@ impl Human {
     fn type_keys(&mut self, keys: &[u8]) {
         self.keys.write_all(keys).unwrap();
         self.keys.flush().unwrap();
+    }
+
+    /// The pid of `ahpty attach` (the child of the pty's `sh`).
+    fn attach_pid(&self) -> i32 {
+        let sh = self.child.process_id().expect("sh pid") as i32;
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+            .find(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+                    stat.rfind(')').is_some_and(|i| {
+                        stat[i + 1..].split_whitespace().nth(1) == Some(&sh.to_string())
+                    })
+                })
+            })
+            .expect("ahpty attach runs under sh")
     }
 
     /// The `stty -g` lines recorded before and after the attach.
@@ -245,4 +262,24 @@ async fn a_killed_daemon_leaves_the_local_terminal_restored_and_one_line() {
         "{end:?}"
     );
     assert_modes_restored(&human);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_detaches_and_restores_the_local_terminal() {
+    let (d, mut agent, t) = setup("sigterm").await;
+    let human = Human::attach(&d, &t);
+    blocking(|| human.wait_for("\x1b[H\x1b[2J"));
+    let pid = nix::unistd::Pid::from_raw(human.attach_pid());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    blocking(|| human.wait_for("script-done"));
+    let text = human.text();
+    assert!(text.contains("attach-rc=143"), "{}", tail(&text, 600));
+    assert!(
+        text.contains(&format!("ahpty: SIGTERM received; detached from {t}")),
+        "{}",
+        tail(&text, 600)
+    );
+    assert_modes_restored(&human);
+    agent.type_text(&t, "echo alive-$((5*5))\r").await;
+    agent.wait_data(&t, "alive-25", SHELL_TIMEOUT).await;
 }
