@@ -36,12 +36,20 @@ pub struct Daemon {
     stderr: Arc<Mutex<Vec<String>>>,
 }
 
-/// `ahpty serve …` with a fresh HOME and RUST_LOG=info; stdout/stderr piped.
+/// `ahpty serve …` with a fresh HOME (and so no config file) and RUST_LOG=info, without the
+/// caller's `AHPTY_*` settings or systemd variables; stdout/stderr piped.
 pub fn daemon_command(home: &std::path::Path, args: &[&str]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_ahpty"));
+    for (name, _) in std::env::vars_os() {
+        let n = name.to_string_lossy();
+        if n.starts_with("AHPTY_") || n == "NOTIFY_SOCKET" || n == "JOURNAL_STREAM" {
+            cmd.env_remove(&name);
+        }
+    }
     cmd.arg("serve")
         .args(args)
         .env("HOME", home)
+        .env("XDG_CONFIG_HOME", home.join(".config"))
         .env("RUST_LOG", "info")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -67,9 +75,13 @@ impl Daemon {
             "--no-auth",
         ];
         args.extend_from_slice(extra);
-        let mut child = daemon_command(home.path(), &args)
-            .spawn()
-            .expect("spawn ahpty");
+        Self::spawn(daemon_command(home.path(), &args), home)
+    }
+
+    /// Spawns `cmd` (an `ahpty serve` with stderr piped and `RUST_LOG=info`) and waits for
+    /// its `listening on ws://` line; `home` is kept until the daemon is dropped.
+    pub fn spawn(mut cmd: Command, home: tempfile::TempDir) -> Daemon {
+        let mut child = cmd.spawn().expect("spawn ahpty");
         let stderr = child.stderr.take().expect("stderr");
         let lines = Arc::new(Mutex::new(Vec::new()));
         let (tx, rx) = std_mpsc::channel::<String>();
