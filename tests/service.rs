@@ -73,7 +73,9 @@ fn text(b: &[u8]) -> String {
 }
 
 fn exe() -> PathBuf {
-    Path::new(env!("CARGO_BIN_EXE_ahpty")).canonicalize().unwrap()
+    Path::new(env!("CARGO_BIN_EXE_ahpty"))
+        .canonicalize()
+        .unwrap()
 }
 
 #[test]
@@ -96,7 +98,11 @@ fn install_status_uninstall_with_systemctl() {
         })
         .collect();
     assert_eq!(unit.lines().collect::<Vec<_>>(), want);
-    for line in ["Type=notify", "Restart=on-failure", "WantedBy=default.target"] {
+    for line in [
+        "Type=notify",
+        "Restart=on-failure",
+        "WantedBy=default.target",
+    ] {
         assert!(unit.lines().any(|l| l == line), "{line} missing:\n{unit}");
     }
     assert_eq!(
@@ -111,7 +117,11 @@ fn install_status_uninstall_with_systemctl() {
     );
     // Again: nothing to rewrite.
     let out = env.service("install");
-    assert!(text(&out.stdout).starts_with("unchanged "), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).starts_with("unchanged "),
+        "{}",
+        text(&out.stdout)
+    );
 
     std::fs::remove_file(env.path("systemctl.log")).unwrap();
     let out = env.service("status");
@@ -207,8 +217,7 @@ async fn ready_is_notified_once_every_listener_is_bound() {
             "/bin/bash",
         ],
     );
-    cmd.env("NOTIFY_SOCKET", &notify_path)
-        .stderr(Stdio::null());
+    cmd.env("NOTIFY_SOCKET", &notify_path).stderr(Stdio::null());
     let mut child = Guard(cmd.spawn().unwrap());
 
     let mut buf = [0u8; 4096];
@@ -261,7 +270,10 @@ fn in_the_journal_no_timestamps_colours_or_token() {
         .metadata()
         .unwrap();
     let home = tempfile::tempdir().unwrap();
-    let mut cmd = daemon_command(home.path(), &["--listen", "127.0.0.1:0", "--shell", "/bin/bash"]);
+    let mut cmd = daemon_command(
+        home.path(),
+        &["--listen", "127.0.0.1:0", "--shell", "/bin/bash"],
+    );
     cmd.env("JOURNAL_STREAM", format!("{}:{}", meta.dev(), meta.ino()))
         .stdout(writer.try_clone().unwrap())
         .stderr(writer);
@@ -277,14 +289,20 @@ fn in_the_journal_no_timestamps_colours_or_token() {
         }
     });
     let mut seen = Vec::new();
-    while !seen.iter().any(|l: &String| l.contains("listening on ws://")) {
+    while !seen
+        .iter()
+        .any(|l: &String| l.contains("listening on ws://"))
+    {
         let line = rx
             .recv_timeout(Duration::from_secs(20))
             .unwrap_or_else(|_| panic!("no `listening on` within 20 s: {seen:#?}"));
         seen.push(line);
     }
     for line in &seen {
-        assert!(!line.contains('\x1b'), "colour code in the journal: {line:?}");
+        assert!(
+            !line.contains('\x1b'),
+            "colour code in the journal: {line:?}"
+        );
         assert!(
             !line.starts_with(|c: char| c.is_ascii_digit()),
             "timestamp in the journal: {line:?}"
@@ -292,11 +310,13 @@ fn in_the_journal_no_timestamps_colours_or_token() {
         assert!(!line.contains("tkn="), "token in the journal: {line:?}");
     }
     assert!(
-        seen.iter().any(|l| l.starts_with(" INFO") || l.starts_with("INFO")),
+        seen.iter()
+            .any(|l| l.starts_with(" INFO") || l.starts_with("INFO")),
         "{seen:#?}"
     );
     assert!(
-        seen.iter().any(|l| l.contains("the generated token is not printed")),
+        seen.iter()
+            .any(|l| l.contains("the generated token is not printed")),
         "{seen:#?}"
     );
 }
