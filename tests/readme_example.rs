@@ -31,7 +31,7 @@ fn fenced(doc: &str, lang: &str) -> Vec<String> {
 fn the_readme_shows_the_example_and_its_dependencies() {
     assert!(
         fenced(README, "rust").iter().any(|b| b == EXAMPLE),
-        "README.md has no ```rust block equal to docs/examples/hello.rs"
+        "README.md has no ```rust block equal to docs/examples/hello.rs (copy the file into it)"
     );
     let toml = fenced(README, "toml");
     let deps = toml
