@@ -351,3 +351,48 @@ fn the_readme_config_example_is_valid() {
     }
     assert_eq!(checked, 1, "the README's config.toml example");
 }
+
+#[test]
+fn the_readme_options_table_matches_the_defaults() {
+    use ahpty::config::{default_text, KEYS};
+    let readme = include_str!("../README.md");
+    let mut seen = Vec::new();
+    for row in readme.lines().filter(|l| l.starts_with("| `--")) {
+        let cells: Vec<&str> = row
+            .split(" | ")
+            .map(|c| c.trim_matches(|c| c == '|' || c == ' '))
+            .collect();
+        let readme_default = cells[1].trim_matches('`');
+        for flag in cells[0].split(", ") {
+            let key = flag
+                .trim_matches('`')
+                .trim_start_matches("--")
+                .replace('-', "_");
+            let Some(default) = default_text(&key) else {
+                panic!("README documents {flag}, which is no setting");
+            };
+            let ok = match default.as_str() {
+                "" | "[]" => readme_default == "—" || key == "shell",
+                "false" => readme_default == "off",
+                d if d.starts_with('"') => {
+                    let parse = |s: &str| humantime::parse_duration(s.trim_matches('"')).ok();
+                    parse(d).is_some() && parse(d) == parse(readme_default)
+                }
+                d if d.starts_with('[') => d == format!("[\"{readme_default}\"]"),
+                d => d == readme_default,
+            };
+            assert!(
+                ok,
+                "README says {flag} defaults to {readme_default:?}; config.rs: {default}"
+            );
+            seen.push(key);
+        }
+    }
+    for key in KEYS {
+        assert!(
+            seen.iter().any(|k| k == key.name),
+            "README's table lacks --{}",
+            key.name
+        );
+    }
+}
