@@ -233,8 +233,10 @@ fn main() -> ExitCode {
     }
 }
 
-/// Logs to stderr: colours only on a terminal; without timestamps when stderr is the systemd
-/// journal (which adds its own).
+/// Logs to stderr: colours only on a terminal. When stderr is the systemd journal: no
+/// timestamps (the journal adds its own) and each line starts with its syslog priority
+/// (`<3>` error … `<7>` debug), which the journal turns into the entry's priority
+/// (`journalctl -p warning`).
 fn init_tracing(verbose: u8) {
     let default_level = match verbose {
         0 => "info",
@@ -249,9 +251,36 @@ fn init_tracing(verbose: u8) {
         .with_writer(std::io::stderr)
         .with_ansi(!journal && std::io::stderr().is_terminal());
     if journal {
-        builder.without_time().init();
+        let format = tracing_subscriber::fmt::format().without_time();
+        builder.event_format(JournalPriority(format)).init();
     } else {
         builder.init();
+    }
+}
+
+/// Prefixes each event with its syslog priority for the journal (`sd-daemon(3)` prefixes).
+struct JournalPriority<F>(F);
+
+impl<S, N, F> tracing_subscriber::fmt::FormatEvent<S, N> for JournalPriority<F>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    N: for<'a> tracing_subscriber::fmt::FormatFields<'a> + 'static,
+    F: tracing_subscriber::fmt::FormatEvent<S, N>,
+{
+    fn format_event(
+        &self,
+        ctx: &tracing_subscriber::fmt::FmtContext<'_, S, N>,
+        mut writer: tracing_subscriber::fmt::format::Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> std::fmt::Result {
+        let priority = match *event.metadata().level() {
+            tracing::Level::ERROR => 3,
+            tracing::Level::WARN => 4,
+            tracing::Level::INFO => 6,
+            _ => 7,
+        };
+        write!(writer, "<{priority}>")?;
+        self.0.format_event(ctx, writer, event)
     }
 }
 

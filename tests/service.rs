@@ -303,20 +303,27 @@ fn in_the_journal_no_timestamps_colours_or_token() {
             !line.contains('\x1b'),
             "colour code in the journal: {line:?}"
         );
-        assert!(
-            !line.starts_with(|c: char| c.is_ascii_digit()),
-            "timestamp in the journal: {line:?}"
-        );
         assert!(!line.contains("tkn="), "token in the journal: {line:?}");
+    }
+    // Log lines: the syslog priority, the level, no timestamp. (stdout has the bare address.)
+    for line in seen.iter().filter(|l| !l.starts_with("ws://")) {
+        let rest = line
+            .strip_prefix("<6>")
+            .or_else(|| line.strip_prefix("<4>"))
+            .unwrap_or_else(|| panic!("no priority prefix: {line:?}"));
+        let rest = rest.trim_start();
+        assert!(
+            rest.starts_with("INFO") || rest.starts_with("WARN"),
+            "timestamp or other prefix in the journal: {line:?}"
+        );
     }
     assert!(
         seen.iter()
-            .any(|l| l.starts_with(" INFO") || l.starts_with("INFO")),
+            .any(|l| l.starts_with("<4>") && l.contains("the generated token is not printed")),
         "{seen:#?}"
     );
     assert!(
-        seen.iter()
-            .any(|l| l.contains("the generated token is not printed")),
+        seen.iter().any(|l| l.starts_with("ws://127.0.0.1:")),
         "{seen:#?}"
     );
 }
