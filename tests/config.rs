@@ -332,22 +332,17 @@ fn completions_and_man_pages() {
 #[test]
 fn the_readme_config_example_is_valid() {
     let readme = include_str!("../README.md");
-    let mut lines = readme.lines();
     let mut checked = 0;
-    while let Some(l) = lines.next() {
-        if l.trim_end() == "```toml" {
-            let body: Vec<&str> = lines.by_ref().take_while(|l| l.trim() != "```").collect();
-            let body = body.join("\n") + "\n";
-            if body.contains("[dependencies]") {
-                continue;
-            }
-            let home = tempfile::tempdir().unwrap();
-            write_config(home.path(), &body);
-            let out = ahpty(home.path(), &["config"], &[]);
-            assert!(out.status.success(), "{body}\n{}", stderr(&out));
-            assert!(stdout(&out).contains("config.toml:"), "{}", stdout(&out));
-            checked += 1;
+    for body in fenced(readme, "toml") {
+        if body.contains("[dependencies]") {
+            continue;
         }
+        let home = tempfile::tempdir().unwrap();
+        write_config(home.path(), &body);
+        let out = ahpty(home.path(), &["config"], &[]);
+        assert!(out.status.success(), "{body}\n{}", stderr(&out));
+        assert!(stdout(&out).contains("config.toml:"), "{}", stdout(&out));
+        checked += 1;
     }
     assert_eq!(checked, 1, "the README's config.toml example");
 }

@@ -14,19 +14,6 @@ use serde_json::json;
 const README: &str = include_str!("../README.md");
 const EXAMPLE: &str = include_str!("../docs/examples/hello.rs");
 
-/// The contents of every fenced block of `doc` whose info string is `lang`.
-fn fenced(doc: &str, lang: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut lines = doc.lines();
-    while let Some(line) = lines.next() {
-        if line.trim_end() == format!("```{lang}") {
-            let body: Vec<&str> = lines.by_ref().take_while(|l| l.trim() != "```").collect();
-            out.push(body.join("\n") + "\n");
-        }
-    }
-    out
-}
-
 #[test]
 fn the_readme_shows_the_example_and_its_dependencies() {
     assert!(

@@ -368,19 +368,14 @@ fn the_readme_websocat_commands_are_recipes() {
         .filter_map(|b| b.ok())
         .map(|r| r.body)
         .collect();
-    let mut lines = README.lines();
     let mut found = 0;
-    while let Some(line) = lines.next() {
-        if line.trim() == "```sh" {
-            let body: Vec<&str> = lines.by_ref().take_while(|l| l.trim() != "```").collect();
-            let body = body.join("\n") + "\n";
-            if body.contains("websocat ") && !body.contains("pip install") {
-                assert!(
-                    recipes.contains(&body),
-                    "README block not in docs/websocat.md:\n{body}"
-                );
-                found += 1;
-            }
+    for body in fenced(README, "sh") {
+        if body.contains("websocat ") && !body.contains("pip install") {
+            assert!(
+                recipes.contains(&body),
+                "README block not in docs/websocat.md:\n{body}"
+            );
+            found += 1;
         }
     }
     assert!(found >= 1, "the README shows no websocat recipe");

@@ -853,3 +853,20 @@ impl Raw {
         out
     }
 }
+
+// ─── Documents ───────────────────────────────────────────────────────────────
+
+/// The contents (ending in a newline) of every fenced block of the Markdown `doc` whose info
+/// string is exactly `lang`, in order.
+pub fn fenced(doc: &str, lang: &str) -> Vec<String> {
+    let fence = format!("```{lang}");
+    let mut out = Vec::new();
+    let mut lines = doc.lines();
+    while let Some(line) = lines.next() {
+        if line.trim_end() == fence {
+            let body: Vec<&str> = lines.by_ref().take_while(|l| l.trim() != "```").collect();
+            out.push(body.join("\n") + "\n");
+        }
+    }
+    out
+}
