@@ -1,8 +1,20 @@
-//! Runtime settings of the daemon, filled by the CLI (or by tests) and read everywhere else.
+//! Every setting of the daemon in one place: its name, default, limits and documentation, and
+//! how the command line, the environment and the config file combine into a [`Config`].
+//!
+//! One rule names a setting everywhere: the flag `--max-terminals` is the key `max_terminals`
+//! in `config.toml` and the variable `AHPTY_MAX_TERMINALS`. Precedence, per setting: flag >
+//! environment > file > default ([`load`]); a list (`listen`, `allow_origin`) is replaced
+//! whole, never merged. The CLI parses flags into a [`Layer`]; everything else — reading the
+//! environment and the file, defaults, minimums, refusals — happens here. Errors are one line
+//! naming the setting and where it came from ([`ConfigError`]).
+//!
+//! This is the bottom layer: it uses nothing else of the crate.
 
+use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::fmt;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// The Origin VS Code desktop sends from its Electron renderer; allowed by default because no
@@ -11,6 +23,12 @@ pub const VSCODE_DESKTOP_ORIGIN: &str = "vscode-file://vscode-app";
 
 /// Default retained content per terminal, in bytes of UTF-8 text.
 pub const DEFAULT_SCROLLBACK_BYTES: usize = 1024 * 1024;
+
+/// Default retained envelopes per terminal for `reconnect` replay, in bytes of encoded JSON.
+pub const DEFAULT_HISTORY_BYTES: usize = 4 * 1024 * 1024;
+
+/// Default time between SIGHUP and SIGKILL when a terminal is disposed.
+pub const DEFAULT_KILL_GRACE: Duration = Duration::from_millis(500);
 
 /// Default time a terminal survives without any connection of its claim holder: 24 hours,
 /// so a laptop that sleeps overnight still finds its terminals.
@@ -40,9 +58,25 @@ pub const DEFAULT_PING_INTERVAL: Duration = Duration::from_secs(30);
 /// Default time a pinged connection has to send anything back before it is dropped.
 pub const DEFAULT_PING_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Smallest `scrollback_bytes` and `history_bytes`; smaller values are raised to it.
+pub const MIN_BUFFER_BYTES: usize = 1024;
+
+/// Smallest `max_message_bytes` (64 KiB); smaller values are raised to it.
+pub const MIN_MESSAGE_BYTES: usize = 64 * 1024;
+
+/// Shortest handshake, ping and stall duration (100 ms); shorter values are raised to it.
+pub const MIN_DURATION: Duration = Duration::from_millis(100);
+
 /// Environment variable holding the connection token (removed from the daemon's environment
-/// at start, so terminals never inherit it).
+/// at start, so terminals never inherit it). It has no flag and no file key: keep tokens in a
+/// file and name it with `token_file`.
 pub const TOKEN_ENV: &str = "AHPTY_TOKEN";
+
+/// Environment variable naming the config file (like `--config`).
+pub const CONFIG_ENV: &str = "AHPTY_CONFIG";
+
+/// Prefix of every setting's environment variable (`AHPTY_` + the key in upper case).
+pub const ENV_PREFIX: &str = "AHPTY_";
 
 /// Set in every terminal's environment to the terminal's URI (`ahpty attach` refuses to attach
 /// a terminal to itself).
@@ -55,9 +89,6 @@ pub const HOST_ID_ENV: &str = "AHPTY_HOST_ID";
 /// Set in every terminal's environment to the daemon's own executable (`ahpty run` types
 /// `exec "$AHPTY_EXE" …` into the shell).
 pub const EXE_ENV: &str = "AHPTY_EXE";
-
-/// Shortest accepted configured token, in bytes.
-pub const MIN_TOKEN_LEN: usize = 16;
 
 /// Environment variable naming the daemon the CLI's client subcommands talk to (`ws://…`,
 /// `wss://…` or `unix:PATH`), overridden by `--url`; unset → [`default_socket_path`].
@@ -92,6 +123,947 @@ pub fn effective_uid() -> u32 {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() }
 }
+
+/// Shortest accepted configured token, in bytes.
+pub const MIN_TOKEN_LEN: usize = 16;
+
+// ─── The settings ───────────────────────────────────────────────────────────────────────
+
+/// Generates, from one table, the per-source [`Layer`], the resolved [`Settings`], the key
+/// list [`KEYS`] with each key's documentation and default, and the resolution itself.
+macro_rules! settings {
+    ($(
+        $(#[doc = $doc:literal])+
+        $key:ident: $ty:ty = $default:expr, limit $limit:expr;
+    )+) => {
+        /// The settings one source (flags, environment or file) gives; `None` = not set there.
+        #[derive(Debug, Clone, Default)]
+        pub struct Layer {
+            $(
+                #[doc = concat!("`", stringify!($key), "`, if this source sets it.")]
+                pub $key: Option<Val<$ty>>,
+            )+
+        }
+
+        /// Every setting, resolved, with where its value came from.
+        #[derive(Debug, Clone)]
+        pub struct Settings {
+            $( $(#[doc = $doc])+ pub $key: Val<$ty>, )+
+        }
+
+        /// Every key, in the order `ahpty config` prints them.
+        pub const KEYS: &[Key] = &[
+            $( Key { name: stringify!($key), doc: concat!($($doc, "\n"),+) }, )+
+        ];
+
+        /// The default of `key` in TOML syntax (`None` for an unknown key).
+        pub fn default_text(key: &str) -> Option<String> {
+            match key {
+                $( stringify!($key) => Some(<$ty as Value>::to_toml(&$default)), )+
+                _ => None,
+            }
+        }
+
+        impl Layer {
+            /// Parses `raw` into the setting `key`; `Ok(false)` when there is no such key.
+            fn set(&mut self, key: &str, raw: Raw<'_>, origin: Origin) -> Result<bool, String> {
+                match key {
+                    $(
+                        stringify!($key) => {
+                            let value = <$ty as Value>::from_raw(raw)?;
+                            self.$key = Some(Val { value, origin });
+                        }
+                    )+
+                    _ => return Ok(false),
+                }
+                Ok(true)
+            }
+
+            /// Makes relative and `~/` paths of this (file) layer absolute.
+            fn anchor_paths(&mut self, base: &Path, home: Option<&Path>) {
+                $( if let Some(v) = &mut self.$key { v.value.anchor(base, home); } )+
+            }
+        }
+
+        impl Settings {
+            /// The first layer (highest precedence first) that sets each key wins, else the
+            /// default; then each value's limit is applied. Returns the settings and one note
+            /// per value raised to its minimum.
+            fn resolve(layers: &[&Layer]) -> Result<(Settings, Vec<String>), ConfigError> {
+                let mut notes = Vec::new();
+                let settings = Settings {
+                    $(
+                        $key: {
+                            let val = layers
+                                .iter()
+                                .find_map(|l| l.$key.clone())
+                                .unwrap_or_else(|| Val { value: $default, origin: Origin::Default });
+                            let limit: fn(&$ty) -> Limit<$ty> = $limit;
+                            match limit(&val.value) {
+                                Limit::Fine => val,
+                                Limit::Raised(to, why) => {
+                                    notes.push(format!(
+                                        "{}: {why}, raised to {}",
+                                        val.origin.naming(stringify!($key), &val.value.to_toml()),
+                                        to.to_toml()
+                                    ));
+                                    Val { value: to, origin: val.origin }
+                                }
+                                Limit::Refused(why) => {
+                                    return Err(ConfigError::Invalid(format!(
+                                        "{}: {why}",
+                                        val.origin.naming(stringify!($key), &val.value.to_toml())
+                                    )))
+                                }
+                            }
+                        },
+                    )+
+                };
+                Ok((settings, notes))
+            }
+
+            /// `(key, value in TOML syntax or "" when unset, origin)` of every setting.
+            pub fn entries(&self) -> Vec<(&'static str, String, &Origin)> {
+                vec![ $( (stringify!($key), self.$key.value.to_toml(), &self.$key.origin), )+ ]
+            }
+        }
+    };
+}
+
+settings! {
+    /// Where to listen (repeatable; a list in the file): host:port (port 0 picks a free
+    /// port) or unix:PATH (a Unix socket, mode 0600 in a 0700 directory; its peers need no
+    /// token).
+    listen: Vec<Listen> = vec![Listen::Tcp(default_listen_addr())], limit |v| non_empty(v);
+    /// The Unix socket the client subcommands find without flags (owner-only, no token), also
+    /// listened on [default: $XDG_RUNTIME_DIR/ahpty/ahpty.sock, else /tmp/ahpty-$UID/ahpty.sock].
+    socket: Option<PathBuf> = None, limit any;
+    /// Do not listen on the default Unix socket (`--listen unix:PATH` still works).
+    no_socket: bool = false, limit any;
+    /// File holding the token TCP peers must present (`?tkn=TOKEN` or `Authorization: Bearer
+    /// TOKEN`). Without it (and without $AHPTY_TOKEN) a random token is generated at start and
+    /// the connect URL printed on stdout.
+    token_file: Option<PathBuf> = None, limit any;
+    /// Accept TCP peers without a token (development only; refused unless every TCP listener
+    /// is on loopback).
+    no_auth: bool = false, limit any;
+    /// PEM certificate chain: serve wss:// on the TCP listeners (needs tls_key).
+    tls_cert: Option<PathBuf> = None, limit any;
+    /// PEM private key (PKCS#8, PKCS#1 or SEC1) for tls_cert.
+    tls_key: Option<PathBuf> = None, limit any;
+    /// Program run in each terminal [default: $SHELL, else /bin/bash, else /bin/sh].
+    shell: Option<PathBuf> = None, limit any;
+    /// Also accept WebSocket upgrades carrying this Origin (repeatable), e.g. a web build of
+    /// VS Code. `vscode-file://vscode-app` (VS Code desktop) is always allowed, requests
+    /// without Origin too.
+    allow_origin: Vec<String> = Vec::new(), limit any;
+    /// Do not inject command detection (shell integration) into bash, zsh and fish.
+    no_shell_integration: bool = false, limit any;
+    /// Retained output per terminal, in bytes (trimmed from the head; at least 1024).
+    scrollback_bytes: usize = DEFAULT_SCROLLBACK_BYTES, limit |v| at_least(*v, MIN_BUFFER_BYTES);
+    /// Retained envelopes per terminal for `reconnect` replay, in bytes (at least 1024).
+    history_bytes: usize = DEFAULT_HISTORY_BYTES, limit |v| at_least(*v, MIN_BUFFER_BYTES);
+    /// Time between SIGHUP and SIGKILL when a terminal is disposed (e.g. 500ms, 2s).
+    kill_grace: Duration = DEFAULT_KILL_GRACE, limit any;
+    /// Dispose a terminal once its claim holder has had no connection for this long (e.g.
+    /// 90s, 30m, 24h); 0 disables reaping.
+    orphan_grace: Duration = DEFAULT_ORPHAN_GRACE, limit any;
+    /// Close (code 4001) a connection whose unsent output stays above the high watermark
+    /// (1 MiB) this long (at least 100ms); 0 never closes it (its terminals stay paused while
+    /// it stalls).
+    stall_timeout: Duration = DEFAULT_STALL_TIMEOUT, limit |v| duration_at_least(*v, true);
+    /// Largest incoming WebSocket message, in bytes (larger: close code 1009; at least 64 KiB).
+    max_message_bytes: usize = DEFAULT_MAX_MESSAGE_BYTES, limit |v| at_least(*v, MIN_MESSAGE_BYTES);
+    /// Most terminals at once (createTerminal beyond it: -32603; at least 1).
+    max_terminals: usize = DEFAULT_MAX_TERMINALS, limit |v| positive(*v);
+    /// Most subscriptions per connection (subscribe beyond it: -32603; at least 1).
+    max_subscriptions: usize = DEFAULT_MAX_SUBSCRIPTIONS, limit |v| positive(*v);
+    /// Most simultaneous WebSocket connections (more get HTTP 503; at least 1).
+    max_connections: usize = DEFAULT_MAX_CONNECTIONS, limit |v| positive(*v);
+    /// Time a socket gets to complete the (TLS and) WebSocket handshake (at least 100ms).
+    handshake_timeout: Duration = DEFAULT_HANDSHAKE_TIMEOUT, limit |v| duration_at_least(*v, false);
+    /// Send a WebSocket ping after this much silence from a peer (at least 100ms); 0 disables
+    /// pings.
+    ping_interval: Duration = DEFAULT_PING_INTERVAL, limit |v| duration_at_least(*v, true);
+    /// Drop a pinged peer that sends nothing back for this long (at least 100ms).
+    ping_timeout: Duration = DEFAULT_PING_TIMEOUT, limit |v| duration_at_least(*v, false);
+}
+
+/// `127.0.0.1:8765`.
+fn default_listen_addr() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 8765))
+}
+
+/// A key of the config file (and the flag and variable of the same name).
+#[derive(Debug, Clone, Copy)]
+pub struct Key {
+    /// `max_terminals`.
+    pub name: &'static str,
+    /// What it means, its unit and its limits (the flag's help text).
+    pub doc: &'static str,
+}
+
+impl Key {
+    /// `--max-terminals`.
+    pub fn flag(&self) -> String {
+        flag_name(self.name)
+    }
+
+    /// `AHPTY_MAX_TERMINALS`.
+    pub fn env(&self) -> String {
+        env_name(self.name)
+    }
+}
+
+fn flag_name(key: &str) -> String {
+    format!("--{}", key.replace('_', "-"))
+}
+
+fn env_name(key: &str) -> String {
+    format!("{ENV_PREFIX}{}", key.to_ascii_uppercase())
+}
+
+/// The help text of `key`'s flag: its documentation, the variable and key that also set it,
+/// and its default. Panics on an unknown key (a programming error caught by any `--help`).
+pub fn help(key: &str) -> String {
+    let Some(k) = KEYS.iter().find(|k| k.name == key) else {
+        panic!("no setting named {key}");
+    };
+    let doc = k.doc.lines().map(str::trim).collect::<Vec<_>>().join(" ");
+    let default = default_text(key).unwrap_or_default();
+    let default = match default.as_str() {
+        "" | "false" | "[]" => String::new(),
+        d => format!(" [default: {}]", human(d)),
+    };
+    format!("{doc}{default} [env: {}] [file: {key}]", k.env())
+}
+
+/// A setting's value and where it came from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Val<T> {
+    /// The value.
+    pub value: T,
+    /// Where it came from.
+    pub origin: Origin,
+}
+
+impl<T> Val<T> {
+    /// A value given by the flag of `key` (named `--key-with-dashes`).
+    pub fn flag(value: T, key: &str) -> Val<T> {
+        Val {
+            value,
+            origin: Origin::Flag(flag_name(key)),
+        }
+    }
+}
+
+/// Where a setting's value came from, highest precedence first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origin {
+    /// A command-line flag (`--max-terminals`).
+    Flag(String),
+    /// An environment variable (`AHPTY_MAX_TERMINALS`).
+    Env(String),
+    /// The config file, at this line (1-based).
+    File {
+        /// The config file.
+        path: PathBuf,
+        /// The line of the value.
+        line: usize,
+    },
+    /// Nothing set it.
+    Default,
+}
+
+impl Origin {
+    /// 3 for a flag, 2 for the environment, 1 for the file, 0 for the default.
+    pub fn rank(&self) -> u8 {
+        match self {
+            Origin::Flag(_) => 3,
+            Origin::Env(_) => 2,
+            Origin::File { .. } => 1,
+            Origin::Default => 0,
+        }
+    }
+
+    /// How an error names a setting `key` set to `value` (TOML syntax) here:
+    /// `--max-terminals 0`, `$AHPTY_MAX_TERMINALS=0`, `/path/config.toml:3: max_terminals = 0`.
+    pub fn naming(&self, key: &str, value: &str) -> String {
+        match self {
+            Origin::Flag(flag) => format!("{flag} {}", human(value)),
+            Origin::Env(var) => format!("${var}={}", human(value)),
+            Origin::File { path, line } => format!("{}:{line}: {key} = {value}", path.display()),
+            Origin::Default => format!("{key} = {value} (default)"),
+        }
+    }
+}
+
+/// A value in TOML syntax as a flag or variable would spell it: strings without quotes,
+/// lists comma-separated.
+fn human(value: &str) -> String {
+    match toml::from_str::<BTreeMap<String, toml::Value>>(&format!("v = {value}")) {
+        Ok(m) => match m.get("v") {
+            Some(toml::Value::String(s)) => s.clone(),
+            Some(toml::Value::Array(items)) => items
+                .iter()
+                .map(|i| match i {
+                    toml::Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                })
+                .collect::<Vec<_>>()
+                .join(","),
+            _ => value.to_string(),
+        },
+        Err(_) => value.to_string(),
+    }
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Origin::Flag(flag) => write!(f, "flag {flag}"),
+            Origin::Env(var) => write!(f, "env {var}"),
+            Origin::File { path, line } => write!(f, "{}:{line}", path.display()),
+            Origin::Default => f.write_str("default"),
+        }
+    }
+}
+
+/// A configuration that cannot be used, as one line for the user.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfigError {
+    /// The settings are wrong as written (bad value, unknown key, contradiction): exit status 2.
+    Invalid(String),
+    /// The settings are fine but cannot be carried out (a file they name cannot be read, the
+    /// shell is not executable): exit status 1.
+    Unusable(String),
+}
+
+impl ConfigError {
+    /// 2 for [`ConfigError::Invalid`], 1 for [`ConfigError::Unusable`].
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            ConfigError::Invalid(_) => 2,
+            ConfigError::Unusable(_) => 1,
+        }
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::Invalid(m) | ConfigError::Unusable(m) => f.write_str(m),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+// ─── Values ─────────────────────────────────────────────────────────────────────────────
+
+/// A value as a source gives it: text (an environment variable) or TOML (the file).
+#[derive(Debug, Clone, Copy)]
+pub enum Raw<'a> {
+    /// `AHPTY_…` text; lists are comma-separated.
+    Text(&'a str),
+    /// A value from `config.toml`.
+    Toml(&'a toml::Value),
+}
+
+/// A type a setting can have.
+pub trait Value: Sized + Clone {
+    /// Parses flag or variable text (what clap's `value_parser` also calls).
+    fn parse(text: &str) -> Result<Self, String>;
+
+    /// Parses a value from either source.
+    fn from_raw(raw: Raw<'_>) -> Result<Self, String> {
+        match raw {
+            Raw::Text(t) => Self::parse(t),
+            Raw::Toml(toml::Value::String(s)) => Self::parse(s),
+            Raw::Toml(v) => Err(format!("expected {}, not {}", Self::EXPECTED, v.type_str())),
+        }
+    }
+
+    /// What a valid value looks like, for errors (`a duration such as "30s"`).
+    const EXPECTED: &'static str;
+
+    /// The value in TOML syntax (`""` for an unset optional value).
+    fn to_toml(&self) -> String;
+
+    /// Makes a relative or `~/` path absolute (file values only; no-op for non-paths).
+    fn anchor(&mut self, _base: &Path, _home: Option<&Path>) {}
+}
+
+impl Value for usize {
+    const EXPECTED: &'static str = "a whole number, e.g. 1048576";
+    fn parse(text: &str) -> Result<Self, String> {
+        text.trim()
+            .replace('_', "")
+            .parse()
+            .map_err(|_| format!("expected {}", Self::EXPECTED))
+    }
+    fn from_raw(raw: Raw<'_>) -> Result<Self, String> {
+        match raw {
+            Raw::Toml(toml::Value::Integer(i)) => {
+                usize::try_from(*i).map_err(|_| format!("expected {}", Self::EXPECTED))
+            }
+            Raw::Text(t) => Self::parse(t),
+            Raw::Toml(v) => Err(format!("expected {}, not {}", Self::EXPECTED, v.type_str())),
+        }
+    }
+    fn to_toml(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl Value for Duration {
+    const EXPECTED: &'static str = "a duration such as \"500ms\", \"30s\", \"5m\" or \"24h\"";
+    fn parse(text: &str) -> Result<Self, String> {
+        humantime::parse_duration(text.trim()).map_err(|e| {
+            let e = e.to_string();
+            format!("{e}: expected {}", Self::EXPECTED)
+        })
+    }
+    fn from_raw(raw: Raw<'_>) -> Result<Self, String> {
+        match raw {
+            Raw::Toml(toml::Value::Integer(0)) => Ok(Duration::ZERO),
+            Raw::Toml(toml::Value::String(s)) => Self::parse(s),
+            Raw::Text(s) => Self::parse(s),
+            Raw::Toml(v) => Err(format!("expected {}, not {}", Self::EXPECTED, v.type_str())),
+        }
+    }
+    fn to_toml(&self) -> String {
+        toml::Value::String(humantime::format_duration(*self).to_string()).to_string()
+    }
+}
+
+impl Value for bool {
+    const EXPECTED: &'static str = "true or false";
+    fn parse(text: &str) -> Result<Self, String> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "1" | "true" | "yes" | "on" => Ok(true),
+            "0" | "false" | "no" | "off" => Ok(false),
+            _ => Err("expected true or false (or 1/0, yes/no, on/off)".into()),
+        }
+    }
+    fn from_raw(raw: Raw<'_>) -> Result<Self, String> {
+        match raw {
+            Raw::Toml(toml::Value::Boolean(b)) => Ok(*b),
+            Raw::Text(t) => Self::parse(t),
+            Raw::Toml(v) => Err(format!("expected {}, not {}", Self::EXPECTED, v.type_str())),
+        }
+    }
+    fn to_toml(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl Value for Option<PathBuf> {
+    const EXPECTED: &'static str = "a path";
+    fn parse(text: &str) -> Result<Self, String> {
+        if text.is_empty() {
+            return Err("expected a path, not an empty string".into());
+        }
+        Ok(Some(PathBuf::from(text)))
+    }
+    fn to_toml(&self) -> String {
+        match self {
+            Some(p) => toml::Value::String(p.display().to_string()).to_string(),
+            None => String::new(),
+        }
+    }
+    fn anchor(&mut self, base: &Path, home: Option<&Path>) {
+        let Some(path) = self else { return };
+        if let (Ok(rest), Some(home)) = (path.strip_prefix("~"), home) {
+            *path = home.join(rest);
+        } else if path.is_relative() {
+            *path = base.join(&*path);
+        }
+    }
+}
+
+/// A list element: `Listen` or an Origin string.
+pub trait Item: Sized + Clone + fmt::Display {
+    /// Parses one element.
+    fn parse_item(text: &str) -> Result<Self, String>;
+}
+
+impl Item for Listen {
+    fn parse_item(text: &str) -> Result<Self, String> {
+        text.parse()
+    }
+}
+
+impl Item for String {
+    fn parse_item(text: &str) -> Result<Self, String> {
+        if text.is_empty() {
+            return Err("expected a non-empty string".into());
+        }
+        Ok(text.to_string())
+    }
+}
+
+impl<T: Item> Value for Vec<T> {
+    const EXPECTED: &'static str = "a list of strings, e.g. [\"127.0.0.1:8765\"]";
+    fn parse(text: &str) -> Result<Self, String> {
+        text.split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(T::parse_item)
+            .collect()
+    }
+    fn from_raw(raw: Raw<'_>) -> Result<Self, String> {
+        match raw {
+            Raw::Text(t) => Self::parse(t),
+            Raw::Toml(toml::Value::String(s)) => Ok(vec![T::parse_item(s)?]),
+            Raw::Toml(toml::Value::Array(items)) => items
+                .iter()
+                .map(|v| match v {
+                    toml::Value::String(s) => T::parse_item(s),
+                    v => Err(format!("expected {}, not {}", Self::EXPECTED, v.type_str())),
+                })
+                .collect(),
+            Raw::Toml(v) => Err(format!("expected {}, not {}", Self::EXPECTED, v.type_str())),
+        }
+    }
+    fn to_toml(&self) -> String {
+        toml::Value::Array(
+            self.iter()
+                .map(|v| toml::Value::String(v.to_string()))
+                .collect(),
+        )
+        .to_string()
+    }
+}
+
+/// A `value_parser` for clap: the same parsing as the variable and the file.
+pub fn parse_flag<T: Value>(text: &str) -> Result<T, String> {
+    T::parse(text)
+}
+
+/// A `value_parser` for one element of a repeatable flag.
+pub fn parse_item<T: Item>(text: &str) -> Result<T, String> {
+    T::parse_item(text)
+}
+
+// ─── Limits ─────────────────────────────────────────────────────────────────────────────
+
+/// The outcome of a setting's limit.
+enum Limit<T> {
+    Fine,
+    /// Below the minimum: raised to it (logged as a warning, shown by `ahpty config`).
+    Raised(T, String),
+    /// Makes no sense: refused (exit status 2).
+    Refused(String),
+}
+
+fn any<T>(_: &T) -> Limit<T> {
+    Limit::Fine
+}
+
+fn at_least(v: usize, min: usize) -> Limit<usize> {
+    if v < min {
+        Limit::Raised(min, format!("below the minimum {min}"))
+    } else {
+        Limit::Fine
+    }
+}
+
+fn positive(v: usize) -> Limit<usize> {
+    if v == 0 {
+        Limit::Refused("must be at least 1".into())
+    } else {
+        Limit::Fine
+    }
+}
+
+fn duration_at_least(v: Duration, zero_disables: bool) -> Limit<Duration> {
+    if v < MIN_DURATION && !(zero_disables && v.is_zero()) {
+        Limit::Raised(MIN_DURATION, "below the minimum 100ms".into())
+    } else {
+        Limit::Fine
+    }
+}
+
+fn non_empty<T>(v: &[T]) -> Limit<Vec<T>> {
+    if v.is_empty() {
+        Limit::Refused("nothing to listen on: give at least one address".into())
+    } else {
+        Limit::Fine
+    }
+}
+
+// ─── Sources ────────────────────────────────────────────────────────────────────────────
+
+impl Layer {
+    /// The `AHPTY_…` variables that `get` returns (empty ones count as unset).
+    pub fn from_env(get: &dyn Fn(&str) -> Option<OsString>) -> Result<Layer, ConfigError> {
+        let mut layer = Layer::default();
+        for key in KEYS {
+            let var = key.env();
+            let Some(raw) = get(&var) else { continue };
+            let Some(text) = raw.to_str() else {
+                return Err(ConfigError::Invalid(format!("${var}: not valid UTF-8")));
+            };
+            if text.is_empty() {
+                continue;
+            }
+            layer
+                .set(key.name, Raw::Text(text), Origin::Env(var.clone()))
+                .map_err(|e| ConfigError::Invalid(format!("${var}={text}: {e}")))?;
+        }
+        Ok(layer)
+    }
+
+    /// The settings in `text`, the contents of the config file `path`: top-level keys named
+    /// like the flags. Unknown keys, TOML syntax errors and bad values are refused with the
+    /// file and line. Relative paths are taken from the file's directory, `~/` from `home`.
+    pub fn from_toml(path: &Path, text: &str, home: Option<&Path>) -> Result<Layer, ConfigError> {
+        type Table = BTreeMap<toml::Spanned<String>, toml::Spanned<toml::Value>>;
+        let at = |offset: usize| text[..offset.min(text.len())].matches('\n').count() + 1;
+        let table: Table = toml::from_str(text).map_err(|e| {
+            let line = e.span().map(|s| at(s.start)).unwrap_or(1);
+            let msg = e.message().lines().next().unwrap_or("invalid TOML").trim();
+            ConfigError::Invalid(format!("{}:{line}: {msg}", path.display()))
+        })?;
+        let mut layer = Layer::default();
+        for (key, value) in &table {
+            let line = at(value.span().start);
+            let name = key.get_ref().as_str();
+            let origin = Origin::File {
+                path: path.to_path_buf(),
+                line: at(key.span().start),
+            };
+            let set = layer
+                .set(name, Raw::Toml(value.get_ref()), origin)
+                .map_err(|e| {
+                    ConfigError::Invalid(format!("{}:{line}: {name}: {e}", path.display()))
+                })?;
+            if !set {
+                let hint = match suggest(name) {
+                    Some(k) => format!("did you mean `{k}`?"),
+                    None => "`ahpty config` lists every key".into(),
+                };
+                return Err(ConfigError::Invalid(format!(
+                    "{}:{}: unknown key `{name}` ({hint})",
+                    path.display(),
+                    at(key.span().start)
+                )));
+            }
+        }
+        let base = path.parent().unwrap_or(Path::new("/"));
+        layer.anchor_paths(base, home);
+        Ok(layer)
+    }
+}
+
+/// The known key closest to a misspelt one, if any is close.
+fn suggest(name: &str) -> Option<&'static str> {
+    KEYS.iter()
+        .map(|k| (strsim::jaro_winkler(name, k.name), k.name))
+        .filter(|(score, _)| *score > 0.8)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, k)| k)
+}
+
+/// The config file in use and how it was chosen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigFile {
+    /// Its path.
+    pub path: PathBuf,
+    /// `--config`, `AHPTY_CONFIG` or the default location.
+    pub chosen_by: Origin,
+    /// Whether it exists (a missing default file is not an error).
+    pub found: bool,
+}
+
+/// The default config file: `$XDG_CONFIG_HOME/ahpty/config.toml` (an absolute
+/// `XDG_CONFIG_HOME` only), else `$HOME/.config/ahpty/config.toml`; `None` without either.
+pub fn default_config_path(get: &dyn Fn(&str) -> Option<OsString>) -> Option<PathBuf> {
+    config_home(get).map(|d| d.join("ahpty").join("config.toml"))
+}
+
+/// `$XDG_CONFIG_HOME` if absolute, else `$HOME/.config`.
+pub fn config_home(get: &dyn Fn(&str) -> Option<OsString>) -> Option<PathBuf> {
+    if let Some(dir) = get("XDG_CONFIG_HOME").map(PathBuf::from) {
+        if dir.is_absolute() {
+            return Some(dir);
+        }
+    }
+    let home = get("HOME").map(PathBuf::from)?;
+    home.is_absolute().then(|| home.join(".config"))
+}
+
+/// Everything [`load`] found: the resolved settings, notes on values raised to their minimum,
+/// and the config file.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    /// Every setting with its origin.
+    pub settings: Settings,
+    /// One line per value raised to its minimum (to log as warnings).
+    pub notes: Vec<String>,
+    /// The config file, when there is one to read (`None`: no `$HOME`).
+    pub file: Option<ConfigFile>,
+}
+
+/// Resolves every setting from `flags` (parsed by the CLI), the environment (`get`) and the
+/// config file (`config_flag`, else `$AHPTY_CONFIG`, else [`default_config_path`]).
+/// Precedence per key: flag > environment > file > default. A file named by `--config` or
+/// `$AHPTY_CONFIG` must exist; the default one may be missing.
+pub fn load(
+    flags: &Layer,
+    config_flag: Option<&Path>,
+    get: &dyn Fn(&str) -> Option<OsString>,
+) -> Result<Loaded, ConfigError> {
+    let env = Layer::from_env(get)?;
+    let chosen = match (config_flag, get(CONFIG_ENV).filter(|v| !v.is_empty())) {
+        (Some(p), _) => Some((p.to_path_buf(), Origin::Flag("--config".into()))),
+        (None, Some(p)) => Some((PathBuf::from(p), Origin::Env(CONFIG_ENV.into()))),
+        (None, None) => default_config_path(get).map(|p| (p, Origin::Default)),
+    };
+    let home = get("HOME").map(PathBuf::from);
+    let mut file_layer = Layer::default();
+    let file = match chosen {
+        None => None,
+        Some((path, chosen_by)) => match std::fs::read_to_string(&path) {
+            Ok(text) => {
+                file_layer = Layer::from_toml(&path, &text, home.as_deref())?;
+                Some(ConfigFile {
+                    path,
+                    chosen_by,
+                    found: true,
+                })
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                if chosen_by != Origin::Default {
+                    return Err(ConfigError::Invalid(format!(
+                        "config file {} ({chosen_by}): not found",
+                        path.display()
+                    )));
+                }
+                Some(ConfigFile {
+                    path,
+                    chosen_by,
+                    found: false,
+                })
+            }
+            Err(e) => {
+                return Err(ConfigError::Unusable(format!(
+                    "config file {}: {e}",
+                    path.display()
+                )))
+            }
+        },
+    };
+    let (settings, notes) = Settings::resolve(&[flags, &env, &file_layer])?;
+    Ok(Loaded {
+        settings,
+        notes,
+        file,
+    })
+}
+
+/// Where the token TCP peers must present comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AuthPlan {
+    /// `no_auth`, from there.
+    Disabled(Origin),
+    /// `token_file`, from there.
+    TokenFile(PathBuf, Origin),
+    /// `$AHPTY_TOKEN`.
+    EnvToken,
+    /// Nothing configured: generate one at start.
+    Generate,
+}
+
+impl fmt::Display for AuthPlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AuthPlan::Disabled(o) => write!(f, "no token on TCP (no_auth, {o})"),
+            AuthPlan::TokenFile(p, o) => write!(f, "token from {} (token_file, {o})", p.display()),
+            AuthPlan::EnvToken => write!(f, "token from ${TOKEN_ENV}"),
+            AuthPlan::Generate => f.write_str("token generated at start, connect URL printed"),
+        }
+    }
+}
+
+impl Settings {
+    /// How TCP peers authenticate, given whether `$AHPTY_TOKEN` is set. `no_auth` and a
+    /// token are a contradiction when `$AHPTY_TOKEN` is set or both come from the same
+    /// source; otherwise the higher-precedence one wins. `token_file` from a flag beats
+    /// `$AHPTY_TOKEN`, which beats `token_file` from the file; `$AHPTY_TOKEN` and
+    /// `$AHPTY_TOKEN_FILE` together are refused.
+    pub fn auth_plan(&self, env_token: bool) -> Result<AuthPlan, ConfigError> {
+        let no_auth = &self.no_auth;
+        let file = &self.token_file;
+        let naming = |v: &Val<bool>| v.origin.naming("no_auth", "true");
+        if no_auth.value && env_token {
+            return Err(ConfigError::Invalid(format!(
+                "{} contradicts ${TOKEN_ENV}, which is set: unset one of them",
+                naming(no_auth)
+            )));
+        }
+        if let Some(path) = &file.value {
+            if env_token && matches!(file.origin, Origin::Env(_)) {
+                return Err(ConfigError::Invalid(format!(
+                    "${TOKEN_ENV} and ${} are both set: unset one of them",
+                    env_name("token_file")
+                )));
+            }
+            if no_auth.value {
+                match no_auth.origin.rank().cmp(&file.origin.rank()) {
+                    std::cmp::Ordering::Equal => {
+                        return Err(ConfigError::Invalid(format!(
+                            "{} contradicts {}: keep one of them",
+                            naming(no_auth),
+                            file.origin.naming("token_file", &file.value.to_toml())
+                        )))
+                    }
+                    std::cmp::Ordering::Greater => {
+                        return Ok(AuthPlan::Disabled(no_auth.origin.clone()))
+                    }
+                    std::cmp::Ordering::Less => {}
+                }
+            }
+            if env_token && file.origin.rank() < Origin::Env(TOKEN_ENV.into()).rank() {
+                return Ok(AuthPlan::EnvToken);
+            }
+            return Ok(AuthPlan::TokenFile(path.clone(), file.origin.clone()));
+        }
+        if no_auth.value {
+            return Ok(AuthPlan::Disabled(no_auth.origin.clone()));
+        }
+        Ok(if env_token {
+            AuthPlan::EnvToken
+        } else {
+            AuthPlan::Generate
+        })
+    }
+
+    /// The daemon's [`Config`]: authentication (reading the token file or taking
+    /// `env_token`), TLS files, the shell. Returns it with warnings to log (a token file
+    /// readable by others).
+    pub fn into_config(
+        self,
+        env_token: Option<String>,
+    ) -> Result<(Config, Vec<String>), ConfigError> {
+        let env_token = env_token.filter(|t| !t.trim().is_empty());
+        let mut warnings = Vec::new();
+        let auth = match self.auth_plan(env_token.is_some())? {
+            AuthPlan::Disabled(_) => Auth::Disabled,
+            AuthPlan::Generate => Auth::Generate,
+            AuthPlan::EnvToken => {
+                let value = env_token.unwrap_or_default();
+                let token = Token::new(value.trim().to_string())
+                    .map_err(|e| ConfigError::Invalid(format!("${TOKEN_ENV}: {e}")))?;
+                Auth::Token {
+                    token,
+                    source: format!("${TOKEN_ENV}"),
+                }
+            }
+            AuthPlan::TokenFile(path, origin) => {
+                let name = origin.naming("token_file", &Some(path.clone()).to_toml());
+                let text = std::fs::read_to_string(&path)
+                    .map_err(|e| ConfigError::Unusable(format!("{name}: {e}")))?;
+                let token = Token::new(text.trim().to_string())
+                    .map_err(|e| ConfigError::Unusable(format!("{name}: {e}")))?;
+                use std::os::unix::fs::PermissionsExt;
+                if let Ok(meta) = std::fs::metadata(&path) {
+                    if meta.permissions().mode() & 0o077 != 0 {
+                        warnings.push(format!("{name} is readable by other users (chmod 600 it)"));
+                    }
+                }
+                Auth::Token {
+                    token,
+                    source: format!("token file {}", path.display()),
+                }
+            }
+        };
+        let tls = match (&self.tls_cert.value, &self.tls_key.value) {
+            (Some(cert), Some(key)) => Some(TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+            }),
+            (None, None) => None,
+            (Some(cert), None) => {
+                return Err(ConfigError::Invalid(format!(
+                    "{} needs tls_key too",
+                    self.tls_cert
+                        .origin
+                        .naming("tls_cert", &Some(cert.clone()).to_toml())
+                )))
+            }
+            (None, Some(key)) => {
+                return Err(ConfigError::Invalid(format!(
+                    "{} needs tls_cert too",
+                    self.tls_key
+                        .origin
+                        .naming("tls_key", &Some(key.clone()).to_toml())
+                )))
+            }
+        };
+        let shell = match &self.shell.value {
+            Some(shell) => {
+                if !is_executable(shell) {
+                    return Err(ConfigError::Unusable(format!(
+                        "{}: not an executable file",
+                        self.shell
+                            .origin
+                            .naming("shell", &self.shell.value.to_toml())
+                    )));
+                }
+                shell.clone()
+            }
+            None => Config::default_shell(),
+        };
+        let nonzero = |d: Duration| (!d.is_zero()).then_some(d);
+        if let (Some(path), true) = (&self.socket.value, self.no_socket.value) {
+            return Err(ConfigError::Invalid(format!(
+                "{} contradicts no_socket ({}): drop one of them",
+                self.socket
+                    .origin
+                    .naming("socket", &Some(path.clone()).to_toml()),
+                self.no_socket.origin
+            )));
+        }
+        let mut listen = self.listen.value;
+        let socket = (!self.no_socket.value).then(|| {
+            self.socket
+                .value
+                .clone()
+                .unwrap_or_else(default_socket_path)
+        });
+        if let Some(path) = &socket {
+            if !listen.contains(&Listen::Unix(path.clone())) {
+                listen.push(Listen::Unix(path.clone()));
+            }
+        }
+        let config = Config {
+            listen,
+            socket,
+            auth,
+            tls,
+            max_connections: self.max_connections.value,
+            handshake_timeout: self.handshake_timeout.value,
+            ping_interval: nonzero(self.ping_interval.value),
+            ping_timeout: self.ping_timeout.value,
+            shell,
+            allow_origins: self.allow_origin.value,
+            scrollback_bytes: self.scrollback_bytes.value,
+            kill_grace: self.kill_grace.value,
+            shell_integration: !self.no_shell_integration.value,
+            history_bytes: self.history_bytes.value,
+            orphan_grace: nonzero(self.orphan_grace.value),
+            stall_timeout: nonzero(self.stall_timeout.value),
+            max_message_bytes: self.max_message_bytes.value,
+            max_terminals: self.max_terminals.value,
+            max_subscriptions: self.max_subscriptions.value,
+        };
+        Ok((config, warnings))
+    }
+}
+
+// ─── Runtime types ──────────────────────────────────────────────────────────────────────
 
 /// Where the daemon accepts connections.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -198,6 +1170,9 @@ pub struct TlsFiles {
 pub struct Config {
     /// Where to listen (default TCP `127.0.0.1:8765`); TCP and Unix listeners may be mixed.
     pub listen: Vec<Listen>,
+    /// The default Unix socket the client subcommands connect to (also in `listen`); `None`
+    /// with `no_socket`.
+    pub socket: Option<PathBuf>,
     /// Token authentication on TCP listeners.
     pub auth: Auth,
     /// TLS for every TCP listener (`wss://`); `None` = plain `ws://`.
@@ -259,7 +1234,8 @@ impl Config {
 impl Default for Config {
     fn default() -> Self {
         Config {
-            listen: vec![Listen::Tcp(SocketAddr::from(([127, 0, 0, 1], 8765)))],
+            listen: vec![Listen::Tcp(default_listen_addr())],
+            socket: None,
             auth: Auth::Generate,
             tls: None,
             max_connections: DEFAULT_MAX_CONNECTIONS,
@@ -269,9 +1245,9 @@ impl Default for Config {
             shell: Config::default_shell(),
             allow_origins: Vec::new(),
             scrollback_bytes: DEFAULT_SCROLLBACK_BYTES,
-            kill_grace: Duration::from_millis(500),
+            kill_grace: DEFAULT_KILL_GRACE,
             shell_integration: true,
-            history_bytes: crate::host::history::DEFAULT_TERMINAL_HISTORY_BYTES,
+            history_bytes: DEFAULT_HISTORY_BYTES,
             orphan_grace: Some(DEFAULT_ORPHAN_GRACE),
             stall_timeout: Some(DEFAULT_STALL_TIMEOUT),
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
@@ -305,5 +1281,145 @@ mod tests {
                 PathBuf::from("/tmp/ahpty-1000/ahpty.sock")
             );
         }
+    }
+
+    fn file_origin(line: usize) -> Origin {
+        Origin::File {
+            path: PathBuf::from("/c.toml"),
+            line,
+        }
+    }
+
+    /// Settings from `flags`, `env` (variable → value) and `file` (TOML text).
+    fn settings(flags: Layer, env: &[(&str, &str)], file: &str) -> Result<Settings, ConfigError> {
+        let get = |k: &str| {
+            env.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| OsString::from(v))
+        };
+        let env = Layer::from_env(&get)?;
+        let file = Layer::from_toml(Path::new("/c.toml"), file, None)?;
+        Settings::resolve(&[&flags, &env, &file]).map(|(s, _)| s)
+    }
+
+    fn flag_token_file() -> Layer {
+        Layer {
+            token_file: Some(Val::flag(Some(PathBuf::from("/f")), "token_file")),
+            ..Layer::default()
+        }
+    }
+
+    fn flag_no_auth() -> Layer {
+        Layer {
+            no_auth: Some(Val::flag(true, "no_auth")),
+            ..Layer::default()
+        }
+    }
+
+    #[test]
+    fn auth_plan_follows_precedence() {
+        let plan = |flags, env: &[(&str, &str)], file, token| {
+            settings(flags, env, file).and_then(|s| s.auth_plan(token))
+        };
+        let flag = Origin::Flag("--token-file".into());
+        // A token file from a flag beats $AHPTY_TOKEN; $AHPTY_TOKEN beats the file's.
+        assert_eq!(
+            plan(flag_token_file(), &[], "", true),
+            Ok(AuthPlan::TokenFile("/f".into(), flag))
+        );
+        assert_eq!(
+            plan(Layer::default(), &[], "token_file = \"/t\"\n", true),
+            Ok(AuthPlan::EnvToken)
+        );
+        assert_eq!(
+            plan(Layer::default(), &[], "token_file = \"/t\"\n", false),
+            Ok(AuthPlan::TokenFile("/t".into(), file_origin(1)))
+        );
+        // --no-auth beats the file's token file; the file's no_auth loses to a flag's file.
+        assert_eq!(
+            plan(flag_no_auth(), &[], "token_file = \"/t\"\n", false),
+            Ok(AuthPlan::Disabled(Origin::Flag("--no-auth".into())))
+        );
+        assert!(matches!(
+            plan(flag_token_file(), &[], "no_auth = true\n", false),
+            Ok(AuthPlan::TokenFile(..))
+        ));
+        assert_eq!(
+            plan(Layer::default(), &[], "", false),
+            Ok(AuthPlan::Generate)
+        );
+    }
+
+    #[test]
+    fn auth_contradictions_are_invalid() {
+        let invalid = |r: Result<AuthPlan, ConfigError>| matches!(r, Err(ConfigError::Invalid(_)));
+        let plan = |flags, env: &[(&str, &str)], file, token| {
+            settings(flags, env, file).and_then(|s| s.auth_plan(token))
+        };
+        // no_auth with $AHPTY_TOKEN set, from any source.
+        assert!(invalid(plan(flag_no_auth(), &[], "", true)));
+        assert!(invalid(plan(
+            Layer::default(),
+            &[],
+            "no_auth = true\n",
+            true
+        )));
+        // Both in one source.
+        assert!(invalid(plan(
+            Layer::default(),
+            &[],
+            "no_auth = true\ntoken_file = \"/t\"\n",
+            false
+        )));
+        assert!(invalid(plan(
+            Layer::default(),
+            &[("AHPTY_NO_AUTH", "1"), ("AHPTY_TOKEN_FILE", "/t")],
+            "",
+            false
+        )));
+        // $AHPTY_TOKEN and $AHPTY_TOKEN_FILE together.
+        assert!(invalid(plan(
+            Layer::default(),
+            &[("AHPTY_TOKEN_FILE", "/t")],
+            "",
+            true
+        )));
+    }
+
+    #[test]
+    fn every_key_has_a_flag_a_variable_and_help() {
+        for key in KEYS {
+            assert!(default_text(key.name).is_some(), "{}", key.name);
+            assert_eq!(key.env(), format!("AHPTY_{}", key.name.to_uppercase()));
+            assert!(key.flag().starts_with("--") && !key.flag().contains('_'));
+            assert!(help(key.name).contains(&key.env()), "{}", key.name);
+        }
+    }
+
+    #[test]
+    fn env_lists_and_empty_values() {
+        let s = settings(
+            Layer::default(),
+            &[
+                ("AHPTY_LISTEN", "127.0.0.1:1, unix:/tmp/s.sock"),
+                ("AHPTY_MAX_TERMINALS", ""),
+            ],
+            "",
+        )
+        .unwrap();
+        assert_eq!(
+            s.listen.value,
+            vec![
+                Listen::Tcp(SocketAddr::from(([127, 0, 0, 1], 1))),
+                Listen::Unix("/tmp/s.sock".into())
+            ]
+        );
+        assert_eq!(s.listen.origin, Origin::Env("AHPTY_LISTEN".into()));
+        assert_eq!(s.max_terminals.origin, Origin::Default);
+        // An empty list is refused.
+        assert!(matches!(
+            settings(Layer::default(), &[], "listen = []\n"),
+            Err(ConfigError::Invalid(m)) if m.contains("listen")
+        ));
     }
 }

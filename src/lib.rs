@@ -12,6 +12,7 @@ pub mod config;
 pub mod host;
 pub mod rpc;
 pub mod server;
+pub mod service;
 pub mod terminal;
 
 pub use config::Config;

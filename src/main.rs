@@ -1,4 +1,6 @@
-//! The `ahpty` command line: parse arguments, set up logging, run the daemon.
+//! The `ahpty` command line: parse arguments, set up logging, call into the library. Every
+//! setting's default, limit and documentation lives in `ahpty::config`; this file only
+//! declares the flags and hands what was given to `config::load`.
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -6,17 +8,16 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use ahpty::config::{
-    default_socket_path, Auth, Config, Listen, TlsFiles, Token, DEFAULT_MAX_CONNECTIONS,
-    DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_SUBSCRIPTIONS, DEFAULT_MAX_TERMINALS,
-    DEFAULT_SCROLLBACK_BYTES, TOKEN_ENV,
+    self, help, parse_flag, parse_item, ConfigError, Layer, Listen, Loaded, Origin, Val, KEYS,
+    TOKEN_ENV,
 };
-use ahpty::host::history::DEFAULT_TERMINAL_HISTORY_BYTES;
-use clap::{Parser, Subcommand};
+use ahpty::service;
+use clap::{CommandFactory, Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 
 /// Serve Agent Host Protocol (AHP) 1.0 terminals over WebSocket.
 #[derive(Parser)]
-#[command(name = "ahpty", version, about)]
+#[command(name = "ahpty", version, about, after_help = AFTER_HELP)]
 struct Cli {
     /// More log output (-v debug, -vv trace); RUST_LOG overrides.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
@@ -25,90 +26,185 @@ struct Cli {
     command: Command,
 }
 
+const AFTER_HELP: &str = "Settings come from flags, then AHPTY_* variables, then \
+$XDG_CONFIG_HOME/ahpty/config.toml (keys named like the flags), then defaults: \
+`ahpty config` shows which. Exit status 2: the settings are wrong as written; 1: the daemon \
+could not start or stopped on an error.";
+
 #[derive(Subcommand)]
 // Parsed once per process: the size difference between the variants does not matter.
 #[allow(clippy::large_enum_variant)]
 enum Command {
     /// Run the daemon.
+    #[command(after_help = AFTER_HELP)]
     Serve(ServeArgs),
+    /// Print the settings `serve` would use, each with where it came from: a flag, an
+    /// environment variable, FILE:LINE of the config file, or the default.
+    #[command(after_help = AFTER_HELP)]
+    Config(ServeArgs),
+    /// Install, remove or inspect the systemd user service.
+    Service {
+        #[command(subcommand)]
+        action: ServiceAction,
+    },
+    /// Print a completion script for SHELL on stdout.
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
+    /// Print a man page (roff) on stdout: ahpty(1), or ahpty-COMMAND(1) for a subcommand.
+    Man {
+        /// The subcommand whose page to print (e.g. `serve`).
+        command: Option<String>,
+    },
     #[command(flatten)]
     Client(ClientCommand),
 }
 
+#[derive(Subcommand)]
+enum ServiceAction {
+    /// Write the user unit for this binary to $XDG_CONFIG_HOME/systemd/user/ahpty.service,
+    /// then `systemctl --user daemon-reload` and `enable --now` it.
+    Install,
+    /// `systemctl --user disable --now` the service and remove its unit file.
+    Uninstall,
+    /// Show the unit file and `systemctl --user status ahpty.service`.
+    Status,
+}
+
+/// The `serve` options. Their help text, defaults and limits come from `ahpty::config`, and
+/// every one of them can also be set by the variable and config-file key of the same name.
 #[derive(clap::Args)]
 struct ServeArgs {
-    /// Where to listen (repeatable): host:port (port 0 picks a free port) or unix:PATH.
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8765")]
+    /// Read settings from this TOML file instead of $XDG_CONFIG_HOME/ahpty/config.toml
+    /// (else ~/.config/ahpty/config.toml) [env: AHPTY_CONFIG].
+    #[arg(long, value_name = "PATH")]
+    config: Option<PathBuf>,
+    #[arg(long, value_name = "ADDR", help = help("listen"), value_parser = parse_item::<Listen>)]
     listen: Vec<Listen>,
-    /// Read the token TCP peers must present from this file (else $AHPTY_TOKEN, else a
-    /// random token is generated and the connect URL printed on stdout).
-    #[arg(long, value_name = "PATH", conflicts_with = "no_auth")]
+    #[arg(long, value_name = "PATH", conflicts_with = "no_auth", help = help("token_file"))]
     token_file: Option<PathBuf>,
-    /// Accept TCP peers without a token (development only; refused unless every TCP
-    /// listener is on loopback).
-    #[arg(long)]
+    #[arg(long, help = help("no_auth"))]
     no_auth: bool,
-    /// PEM certificate chain: serve wss:// on the TCP listeners (needs --tls-key).
-    #[arg(long, value_name = "PATH", requires = "tls_key")]
+    #[arg(long, value_name = "PATH", requires = "tls_key", help = help("tls_cert"))]
     tls_cert: Option<PathBuf>,
-    /// PEM private key for --tls-cert.
-    #[arg(long, value_name = "PATH", requires = "tls_cert")]
+    #[arg(long, value_name = "PATH", requires = "tls_cert", help = help("tls_key"))]
     tls_key: Option<PathBuf>,
-    /// Most simultaneous WebSocket connections (more get HTTP 503).
-    #[arg(long, default_value_t = DEFAULT_MAX_CONNECTIONS, value_name = "N")]
-    max_connections: usize,
-    /// Time a socket gets to complete the (TLS and) WebSocket handshake.
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, value_name = "DURATION")]
-    handshake_timeout: Duration,
-    /// Send a WebSocket ping after this much silence from a peer; `0` disables pings.
-    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration, value_name = "DURATION")]
-    ping_interval: Duration,
-    /// Drop a pinged peer that sends nothing back for this long.
-    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration, value_name = "DURATION")]
-    ping_timeout: Duration,
-    /// Program to run in each terminal [default: $SHELL, else /bin/bash, else /bin/sh].
-    #[arg(long, overrides_with = "shell")]
+    #[arg(long, value_name = "PATH", overrides_with = "shell", help = help("shell"))]
     shell: Option<PathBuf>,
-    /// Also accept WebSocket upgrades carrying this Origin (repeatable), e.g. a web build of
-    /// VS Code. `vscode-file://vscode-app` (VS Code desktop) is always allowed.
-    #[arg(long = "allow-origin", value_name = "ORIGIN")]
+    #[arg(long, value_name = "ORIGIN", help = help("allow_origin"), value_parser = parse_item::<String>)]
     allow_origin: Vec<String>,
-    /// Retained output per terminal, in bytes.
-    #[arg(long, default_value_t = DEFAULT_SCROLLBACK_BYTES, value_name = "BYTES")]
-    scrollback_bytes: usize,
-    /// Milliseconds between SIGHUP and SIGKILL when a terminal is disposed.
-    #[arg(long, default_value_t = 500, value_name = "MS")]
-    kill_grace_ms: u64,
-    /// Do not inject shell integration into bash, zsh and fish.
-    #[arg(long)]
+    #[arg(long, help = help("no_shell_integration"))]
     no_shell_integration: bool,
-    /// Retained envelopes per terminal for `reconnect` replay, in bytes.
-    #[arg(long, default_value_t = DEFAULT_TERMINAL_HISTORY_BYTES, value_name = "BYTES")]
-    history_bytes: usize,
-    /// Dispose a terminal once its claim holder has had no connection for this long
-    /// (e.g. `90s`, `30m`, `24h`); `0` disables reaping.
-    #[arg(long, default_value = "24h", value_parser = humantime::parse_duration, value_name = "DURATION")]
-    orphan_grace: Duration,
-    /// Close a connection whose unsent output stays above the high watermark this long
-    /// (at least 100 ms); `0` never closes it (its terminals stay paused while it stalls).
-    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration, value_name = "DURATION")]
-    stall_timeout: Duration,
-    /// Largest incoming WebSocket message, in bytes.
-    #[arg(long, default_value_t = DEFAULT_MAX_MESSAGE_BYTES, value_name = "BYTES")]
-    max_message_bytes: usize,
-    /// Most terminals at once.
-    #[arg(long, default_value_t = DEFAULT_MAX_TERMINALS, value_name = "N")]
-    max_terminals: usize,
-    /// Most subscriptions per connection.
-    #[arg(long, default_value_t = DEFAULT_MAX_SUBSCRIPTIONS, value_name = "N")]
-    max_subscriptions: usize,
-    /// The Unix socket the client subcommands find without flags (owner-only, no token)
-    /// [default: $XDG_RUNTIME_DIR/ahpty/ahpty.sock, else /tmp/ahpty-$UID/ahpty.sock].
-    #[arg(long, value_name = "PATH", conflicts_with = "no_socket")]
+    #[arg(long, value_name = "PATH", conflicts_with = "no_socket", help = help("socket"))]
     socket: Option<PathBuf>,
-    /// Do not listen on the default Unix socket (`--listen unix:PATH` still works).
-    #[arg(long)]
+    #[arg(long, help = help("no_socket"))]
     no_socket: bool,
+    #[arg(long, value_name = "BYTES", help = help("scrollback_bytes"), value_parser = parse_flag::<usize>)]
+    scrollback_bytes: Option<usize>,
+    #[arg(long, value_name = "BYTES", help = help("history_bytes"), value_parser = parse_flag::<usize>)]
+    history_bytes: Option<usize>,
+    #[arg(long, value_name = "DURATION", help = help("kill_grace"), value_parser = parse_flag::<Duration>)]
+    kill_grace: Option<Duration>,
+    /// Deprecated spelling of --kill-grace, in milliseconds.
+    #[arg(long, value_name = "MS", hide = true, conflicts_with = "kill_grace")]
+    kill_grace_ms: Option<u64>,
+    #[arg(long, value_name = "DURATION", help = help("orphan_grace"), value_parser = parse_flag::<Duration>)]
+    orphan_grace: Option<Duration>,
+    #[arg(long, value_name = "DURATION", help = help("stall_timeout"), value_parser = parse_flag::<Duration>)]
+    stall_timeout: Option<Duration>,
+    #[arg(long, value_name = "BYTES", help = help("max_message_bytes"), value_parser = parse_flag::<usize>)]
+    max_message_bytes: Option<usize>,
+    #[arg(long, value_name = "N", help = help("max_terminals"), value_parser = parse_flag::<usize>)]
+    max_terminals: Option<usize>,
+    #[arg(long, value_name = "N", help = help("max_subscriptions"), value_parser = parse_flag::<usize>)]
+    max_subscriptions: Option<usize>,
+    #[arg(long, value_name = "N", help = help("max_connections"), value_parser = parse_flag::<usize>)]
+    max_connections: Option<usize>,
+    #[arg(long, value_name = "DURATION", help = help("handshake_timeout"), value_parser = parse_flag::<Duration>)]
+    handshake_timeout: Option<Duration>,
+    #[arg(long, value_name = "DURATION", help = help("ping_interval"), value_parser = parse_flag::<Duration>)]
+    ping_interval: Option<Duration>,
+    #[arg(long, value_name = "DURATION", help = help("ping_timeout"), value_parser = parse_flag::<Duration>)]
+    ping_timeout: Option<Duration>,
+}
+
+/// A flag's parsed form as a setting: `Some` when the flag was given.
+trait Given<T> {
+    fn given(self) -> Option<T>;
+}
+
+impl<T> Given<T> for Option<T> {
+    fn given(self) -> Option<T> {
+        self
+    }
+}
+
+impl Given<Option<PathBuf>> for Option<PathBuf> {
+    fn given(self) -> Option<Option<PathBuf>> {
+        self.map(Some)
+    }
+}
+
+impl Given<bool> for bool {
+    fn given(self) -> Option<bool> {
+        self.then_some(true)
+    }
+}
+
+impl<T> Given<Vec<T>> for Vec<T> {
+    fn given(self) -> Option<Vec<T>> {
+        (!self.is_empty()).then_some(self)
+    }
+}
+
+impl ServeArgs {
+    /// The flags given, as the highest-precedence settings layer.
+    fn layer(&self) -> Layer {
+        let mut layer = Layer::default();
+        macro_rules! given {
+            ($($key:ident),+) => {
+                $( layer.$key = self.$key.clone().given().map(|v| Val::flag(v, stringify!($key))); )+
+            };
+        }
+        given!(
+            listen,
+            socket,
+            no_socket,
+            token_file,
+            no_auth,
+            tls_cert,
+            tls_key,
+            shell,
+            allow_origin,
+            no_shell_integration,
+            scrollback_bytes,
+            history_bytes,
+            kill_grace,
+            orphan_grace,
+            stall_timeout,
+            max_message_bytes,
+            max_terminals,
+            max_subscriptions,
+            max_connections,
+            handshake_timeout,
+            ping_interval,
+            ping_timeout
+        );
+        if let Some(ms) = self.kill_grace_ms {
+            layer.kill_grace = Some(Val {
+                value: Duration::from_millis(ms),
+                origin: Origin::Flag("--kill-grace-ms".into()),
+            });
+        }
+        layer
+    }
+
+    /// Resolves flags, environment, config file and defaults.
+    fn load(&self) -> Result<Loaded, ConfigError> {
+        let env = |name: &str| std::env::var_os(name);
+        config::load(&self.layer(), self.config.as_deref(), &env)
+    }
 }
 
 fn main() -> ExitCode {
@@ -117,74 +213,128 @@ fn main() -> ExitCode {
     let env_token = std::env::var(TOKEN_ENV).ok();
     std::env::remove_var(TOKEN_ENV);
     let cli = Cli::parse();
-    if let Command::Client(ClientCommand::RunWrapper(w)) = &cli.command {
+    match cli.command {
         // Runs inside a terminal on behalf of `ahpty run`: no logging of its own.
-        return ExitCode::from(ahpty::client::wrapper::run_wrapper(&w.words));
+        Command::Client(ClientCommand::RunWrapper(w)) => {
+            ExitCode::from(ahpty::client::wrapper::run_wrapper(&w.words))
+        }
+        Command::Client(command) => {
+            // The client subcommands report failures as one line of their own.
+            init_tracing_at(cli.verbose, "error");
+            client_main(command, env_token)
+        }
+        Command::Serve(args) => {
+            init_tracing(cli.verbose);
+            serve(&args, env_token)
+        }
+        Command::Config(args) => print_config(&args, env_token.is_some()),
+        Command::Service { action } => {
+            let mut out = std::io::stdout().lock();
+            let result = match action {
+                ServiceAction::Install => service::install(&mut out),
+                ServiceAction::Uninstall => service::uninstall(&mut out),
+                ServiceAction::Status => service::status(&mut out),
+            };
+            match result {
+                Ok(code) => ExitCode::from(code),
+                Err(e) => {
+                    let _ = out.flush();
+                    eprintln!("ahpty: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "ahpty", &mut std::io::stdout());
+            ExitCode::SUCCESS
+        }
+        Command::Man { command } => print_man(command.as_deref()),
     }
-    let is_client = matches!(cli.command, Command::Client(_));
-    let default_level = match (cli.verbose, is_client) {
-        // The client subcommands report failures as one line of their own.
-        (0, true) => "error",
-        (0, false) => "info",
-        (1, _) => "debug",
+}
+
+/// Logs to stderr: colours only on a terminal. When stderr is the systemd journal: no
+/// timestamps (the journal adds its own) and each line starts with its syslog priority
+/// (`<3>` error … `<7>` debug), which the journal turns into the entry's priority
+/// (`journalctl -p warning`).
+fn init_tracing(verbose: u8) {
+    init_tracing_at(verbose, "info")
+}
+
+/// [`init_tracing`] with `quiet` as the level without `-v`.
+fn init_tracing_at(verbose: u8, quiet: &str) {
+    let default_level = match verbose {
+        0 => quiet,
+        1 => "debug",
         _ => "trace",
     };
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
-    tracing_subscriber::fmt()
+    let journal = service::is_journal(&std::io::stderr());
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
-    let args = match cli.command {
-        Command::Serve(args) => args,
-        Command::Client(command) => return client_main(command, env_token),
-    };
-    let shell = args.shell.unwrap_or_else(Config::default_shell);
-    if !ahpty::config::is_executable(&shell) {
-        eprintln!("ahpty: --shell {}: not an executable file", shell.display());
-        return ExitCode::from(1);
+        .with_ansi(!journal && std::io::stderr().is_terminal());
+    if journal {
+        let format = tracing_subscriber::fmt::format().without_time();
+        builder.event_format(JournalPriority(format)).init();
+    } else {
+        builder.init();
     }
-    let auth = match resolve_auth(args.no_auth, args.token_file.as_deref(), env_token) {
-        Ok(auth) => auth,
-        Err(e) => {
-            eprintln!("ahpty: {e}");
-            return ExitCode::from(1);
-        }
-    };
-    let tls = match (args.tls_cert, args.tls_key) {
-        (Some(cert), Some(key)) => Some(TlsFiles { cert, key }),
-        _ => None,
-    };
-    let mut listen = args.listen;
-    let socket = (!args.no_socket).then(|| args.socket.unwrap_or_else(default_socket_path));
-    if let Some(path) = &socket {
-        if !listen.contains(&Listen::Unix(path.clone())) {
-            listen.push(Listen::Unix(path.clone()));
-        }
+}
+
+/// Prefixes each event with its syslog priority for the journal (`sd-daemon(3)` prefixes).
+struct JournalPriority<F>(F);
+
+impl<S, N, F> tracing_subscriber::fmt::FormatEvent<S, N> for JournalPriority<F>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    N: for<'a> tracing_subscriber::fmt::FormatFields<'a> + 'static,
+    F: tracing_subscriber::fmt::FormatEvent<S, N>,
+{
+    fn format_event(
+        &self,
+        ctx: &tracing_subscriber::fmt::FmtContext<'_, S, N>,
+        mut writer: tracing_subscriber::fmt::format::Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> std::fmt::Result {
+        let priority = match *event.metadata().level() {
+            tracing::Level::ERROR => 3,
+            tracing::Level::WARN => 4,
+            tracing::Level::INFO => 6,
+            _ => 7,
+        };
+        write!(writer, "<{priority}>")?;
+        self.0.format_event(ctx, writer, event)
     }
-    let config = Config {
-        listen,
-        auth,
-        tls,
-        max_connections: args.max_connections.max(1),
-        handshake_timeout: args.handshake_timeout.max(Duration::from_millis(100)),
-        ping_interval: (!args.ping_interval.is_zero())
-            .then(|| args.ping_interval.max(Duration::from_millis(100))),
-        ping_timeout: args.ping_timeout.max(Duration::from_millis(100)),
-        shell,
-        allow_origins: args.allow_origin,
-        scrollback_bytes: args.scrollback_bytes.max(1024),
-        kill_grace: Duration::from_millis(args.kill_grace_ms),
-        shell_integration: !args.no_shell_integration,
-        history_bytes: args.history_bytes.max(1024),
-        orphan_grace: (!args.orphan_grace.is_zero()).then_some(args.orphan_grace),
-        stall_timeout: (!args.stall_timeout.is_zero())
-            .then(|| args.stall_timeout.max(Duration::from_millis(100))),
-        max_message_bytes: args.max_message_bytes.max(64 * 1024),
-        max_terminals: args.max_terminals,
-        max_subscriptions: args.max_subscriptions,
+}
+
+fn fail(e: &ConfigError) -> ExitCode {
+    eprintln!("ahpty: {e}");
+    ExitCode::from(e.exit_code())
+}
+
+fn serve(args: &ServeArgs, env_token: Option<String>) -> ExitCode {
+    let loaded = match args.load() {
+        Ok(l) => l,
+        Err(e) => return fail(&e),
     };
+    let (file, notes) = (loaded.file.clone(), loaded.notes.clone());
+    let (config, warnings) = match loaded.settings.into_config(env_token) {
+        Ok(c) => c,
+        Err(e) => return fail(&e),
+    };
+    if let Some(file) = file.filter(|f| f.found) {
+        tracing::info!("settings from {}", file.path.display());
+    }
+    if args.kill_grace_ms.is_some() {
+        tracing::warn!("--kill-grace-ms is deprecated: use --kill-grace DURATION (e.g. 500ms)");
+    }
+    for note in notes {
+        tracing::warn!("{note}");
+    }
+    for w in warnings {
+        tracing::warn!("{w}");
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -198,14 +348,7 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async {
         let shutdown = shutdown_signal();
         let server = ahpty::Server::bind(&config).await?;
-        // The connect URL(s), once, on stdout (never in the log): VS Code's SSH flow scrapes
-        // `ws://127.0.0.1:PORT?tkn=TOKEN` from here.
-        let mut out = std::io::stdout().lock();
-        for url in server.connect_urls() {
-            let _ = writeln!(out, "{url}");
-        }
-        let _ = out.flush();
-        drop(out);
+        announce(&server, &config);
         server.run(shutdown).await;
         Ok::<_, std::io::Error>(())
     });
@@ -213,7 +356,8 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e)
             if e.kind() == std::io::ErrorKind::AddrInUse
-                && socket
+                && config
+                    .socket
                     .as_ref()
                     .is_some_and(|p| e.to_string().contains(&p.display().to_string())) =>
         {
@@ -227,55 +371,135 @@ fn main() -> ExitCode {
     }
 }
 
-/// The authentication mode from `--no-auth`, `--token-file` and `$AHPTY_TOKEN` (in this order
-/// of precedence; `--no-auth` with a configured token is a contradiction and refused).
-fn resolve_auth(
-    no_auth: bool,
-    token_file: Option<&std::path::Path>,
-    env_token: Option<String>,
-) -> Result<Auth, String> {
-    let env_token = env_token.filter(|t| !t.trim().is_empty());
-    if no_auth {
-        if env_token.is_some() {
-            return Err(format!(
-                "--no-auth contradicts ${TOKEN_ENV}, which is set: unset one of them"
-            ));
-        }
-        return Ok(Auth::Disabled);
+/// Once every listener is bound: the connect URL(s) on stdout (never in the log; VS Code's
+/// SSH flow scrapes `ws://127.0.0.1:PORT?tkn=TOKEN` from here), then readiness to systemd
+/// (`READY=1` with a `STATUS=` line, when `$NOTIFY_SOCKET` is set).
+fn announce(server: &ahpty::Server, config: &config::Config) {
+    let urls = server.connect_urls();
+    // Under systemd, stdout is the journal: a generated token would be stored there, so only
+    // the address is printed.
+    let hide_token = server.token_generated() && service::is_journal(&std::io::stdout());
+    if hide_token && !urls.is_empty() {
+        tracing::warn!(
+            "stdout is the journal, so the generated token is not printed: give the daemon a \
+             token_file to reach it over TCP (see docs/service.md); the Unix socket needs none"
+        );
     }
-    if let Some(path) = token_file {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("--token-file {}: {e}", path.display()))?;
-        let token = Token::new(text.trim().to_string())
-            .map_err(|e| format!("--token-file {}: {e}", path.display()))?;
-        use std::os::unix::fs::PermissionsExt;
-        if let Ok(meta) = std::fs::metadata(path) {
-            if meta.permissions().mode() & 0o077 != 0 {
-                tracing::warn!(
-                    "--token-file {} is readable by other users (chmod 600 it)",
-                    path.display()
-                );
-            }
-        }
-        return Ok(Auth::Token {
-            token,
-            source: format!("--token-file {}", path.display()),
-        });
+    let mut out = std::io::stdout().lock();
+    for url in &urls {
+        let url = match (hide_token, url.split_once("?tkn=")) {
+            (true, Some((base, _))) => base,
+            _ => url,
+        };
+        let _ = writeln!(out, "{url}");
     }
-    if let Some(value) = env_token {
-        let token =
-            Token::new(value.trim().to_string()).map_err(|e| format!("${TOKEN_ENV}: {e}"))?;
-        return Ok(Auth::Token {
-            token,
-            source: format!("${TOKEN_ENV}"),
-        });
+    let _ = out.flush();
+    drop(out);
+    let scheme = if config.tls.is_some() { "wss" } else { "ws" };
+    let tcp = server
+        .tcp_addrs()
+        .into_iter()
+        .map(|a| format!("{scheme}://{a}"));
+    let unix = config.listen.iter().filter_map(|l| match l {
+        Listen::Unix(_) => Some(l.to_string()),
+        Listen::Tcp(_) => None,
+    });
+    let status = tcp.chain(unix).collect::<Vec<_>>().join(", ");
+    if let Err(e) = sd_notify::notify(&[
+        sd_notify::NotifyState::Ready,
+        sd_notify::NotifyState::Status(&format!("listening on {status}")),
+    ]) {
+        tracing::warn!("cannot notify systemd of readiness ($NOTIFY_SOCKET): {e}");
     }
-    Ok(Auth::Generate)
 }
 
-/// Completes on SIGINT or SIGTERM. The handlers are installed when this is called (before
-/// the listeners are announced), not when the future is first polled, so a signal sent right
-/// after `listening on …` still stops the daemon cleanly.
+/// `ahpty config`: every setting in TOML syntax, each with its origin as a comment.
+fn print_config(args: &ServeArgs, env_token: bool) -> ExitCode {
+    let loaded = match args.load() {
+        Ok(l) => l,
+        Err(e) => return fail(&e),
+    };
+    let auth = match loaded.settings.auth_plan(env_token) {
+        Ok(a) => a,
+        Err(e) => return fail(&e),
+    };
+    let mut out = String::new();
+    out.push_str(
+        "# ahpty settings: value, then where it came from (flag, env, FILE:LINE, default)\n",
+    );
+    match &loaded.file {
+        Some(f) => {
+            let state = if f.found { "read" } else { "not found" };
+            let how = match &f.chosen_by {
+                Origin::Default => String::new(),
+                o => format!(", chosen by {o}"),
+            };
+            out.push_str(&format!(
+                "# config file: {} ({state}{how})\n",
+                f.path.display()
+            ));
+        }
+        None => out.push_str("# config file: none ($HOME is not set)\n"),
+    }
+    for (key, value, origin) in loaded.settings.entries() {
+        let line = if value.is_empty() {
+            format!("# {key} (not set)")
+        } else {
+            format!("{key} = {value}")
+        };
+        out.push_str(&format!("{line:<40} # {origin}\n"));
+    }
+    if loaded.settings.shell.value.is_none() {
+        out.push_str(&format!(
+            "# shell: {} ($SHELL, else /bin/bash, else /bin/sh)\n",
+            config::Config::default_shell().display()
+        ));
+    }
+    out.push_str(&format!("# auth: {auth}\n"));
+    for note in &loaded.notes {
+        out.push_str(&format!("# note: {note}\n"));
+    }
+    debug_assert_eq!(KEYS.len(), loaded.settings.entries().len());
+    let mut stdout = std::io::stdout().lock();
+    let _ = stdout.write_all(out.as_bytes());
+    ExitCode::SUCCESS
+}
+
+/// `ahpty man [COMMAND]`.
+fn print_man(command: Option<&str>) -> ExitCode {
+    let cmd = Cli::command();
+    let page = match command {
+        None => cmd,
+        Some(name) => match cmd.find_subcommand(name) {
+            Some(sub) => {
+                let full = format!("ahpty-{}", sub.get_name());
+                sub.clone()
+                    .name(full)
+                    .bin_name(format!("ahpty {name}"))
+                    .version(env!("CARGO_PKG_VERSION"))
+            }
+            None => {
+                let names: Vec<&str> = cmd.get_subcommands().map(|s| s.get_name()).collect();
+                eprintln!(
+                    "ahpty: no subcommand {name:?} (one of: {})",
+                    names.join(", ")
+                );
+                return ExitCode::from(2);
+            }
+        },
+    };
+    let mut out = Vec::new();
+    if let Err(e) = clap_mangen::Man::new(page).render(&mut out) {
+        eprintln!("ahpty: cannot render the man page: {e}");
+        return ExitCode::from(1);
+    }
+    let _ = std::io::stdout().lock().write_all(&out);
+    ExitCode::SUCCESS
+}
+
+/// Completes on SIGINT or SIGTERM (and tells systemd the daemon is stopping). The handlers are
+/// installed when this is called (before the listeners are announced), not when the future is
+/// first polled, so a signal sent right after `listening on …` still stops the daemon cleanly.
 fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{signal, SignalKind};
     let handlers = (
@@ -291,6 +515,7 @@ fn shutdown_signal() -> impl std::future::Future<Output = ()> {
             _ = int.recv() => tracing::info!("SIGINT received"),
             _ = term.recv() => tracing::info!("SIGTERM received"),
         }
+        let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
     }
 }
 

@@ -11,9 +11,6 @@ use std::collections::VecDeque;
 
 use ahp_types::actions::ActionEnvelope;
 
-/// Default history per terminal, in bytes of encoded envelopes.
-pub const DEFAULT_TERMINAL_HISTORY_BYTES: usize = 4 * 1024 * 1024;
-
 /// History of the root channel, in bytes of encoded envelopes.
 pub const ROOT_HISTORY_BYTES: usize = 1024 * 1024;
 

@@ -214,7 +214,8 @@ impl Host {
             cols,
             rows,
             env,
-            env_remove: Vec::new(),
+            // systemd's readiness socket is the daemon's alone.
+            env_remove: vec!["NOTIFY_SOCKET".into()],
         }
     }
 

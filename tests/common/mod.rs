@@ -45,14 +45,22 @@ pub fn runtime_dir(home: &std::path::Path) -> std::path::PathBuf {
     dir
 }
 
-/// `ahpty serve …` with a fresh HOME, a private XDG_RUNTIME_DIR (see [`runtime_dir`]) and
-/// RUST_LOG=info; stdout/stderr piped.
+/// `ahpty serve …` with a fresh HOME (and so no config file), a private XDG_RUNTIME_DIR (see
+/// [`runtime_dir`]) and RUST_LOG=info, without the caller's `AHPTY_*` settings or systemd
+/// variables; stdout/stderr piped.
 pub fn daemon_command(home: &std::path::Path, args: &[&str]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_ahpty"));
+    for (name, _) in std::env::vars_os() {
+        let n = name.to_string_lossy();
+        if n.starts_with("AHPTY_") || n == "NOTIFY_SOCKET" || n == "JOURNAL_STREAM" {
+            cmd.env_remove(&name);
+        }
+    }
     cmd.arg("serve")
         .args(args)
         .env("HOME", home)
         .env("XDG_RUNTIME_DIR", runtime_dir(home))
+        .env("XDG_CONFIG_HOME", home.join(".config"))
         .env("RUST_LOG", "info")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -78,9 +86,13 @@ impl Daemon {
             "--no-auth",
         ];
         args.extend_from_slice(extra);
-        let mut child = daemon_command(home.path(), &args)
-            .spawn()
-            .expect("spawn ahpty");
+        Self::spawn(daemon_command(home.path(), &args), home)
+    }
+
+    /// Spawns `cmd` (an `ahpty serve` with stderr piped and `RUST_LOG=info`) and waits for
+    /// its `listening on ws://` line; `home` is kept until the daemon is dropped.
+    pub fn spawn(mut cmd: Command, home: tempfile::TempDir) -> Daemon {
+        let mut child = cmd.spawn().expect("spawn ahpty");
         let stderr = child.stderr.take().expect("stderr");
         let lines = Arc::new(Mutex::new(Vec::new()));
         let (tx, rx) = std_mpsc::channel::<String>();
@@ -1057,4 +1069,21 @@ impl Raw {
         }
         out
     }
+}
+
+// ─── Documents ───────────────────────────────────────────────────────────────
+
+/// The contents (ending in a newline) of every fenced block of the Markdown `doc` whose info
+/// string is exactly `lang`, in order.
+pub fn fenced(doc: &str, lang: &str) -> Vec<String> {
+    let fence = format!("```{lang}");
+    let mut out = Vec::new();
+    let mut lines = doc.lines();
+    while let Some(line) = lines.next() {
+        if line.trim_end() == fence {
+            let body: Vec<&str> = lines.by_ref().take_while(|l| l.trim() != "```").collect();
+            out.push(body.join("\n") + "\n");
+        }
+    }
+    out
 }
