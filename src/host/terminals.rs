@@ -24,7 +24,7 @@ use super::channel::{self, ChannelKind};
 use super::history::History;
 use super::{pump, scrollback, validate, ConnId, Host, Inner, Outbox, TerminalEntry};
 use crate::rpc::error::RpcError;
-use crate::rpc::frame;
+use crate::rpc::{frame, version};
 use crate::terminal::{
     self, shell_integration, OutputPipeline, PtyEvent, PtyProcess, SpawnRequest,
 };
@@ -313,9 +313,10 @@ impl Inner {
             rejection_reason: None,
         };
         let text: Utf8Bytes = frame::action(&envelope).into();
+        let mut encodings = version::Encodings::new(&envelope, &text);
         for c in &t.subscribers {
             if let Some(conn) = self.connections.get(c) {
-                conn.outbox.send(text.clone());
+                conn.outbox.send(encodings.text(conn.wire));
             }
         }
         t.history.push(envelope, text.len());
@@ -391,9 +392,10 @@ impl Inner {
             rejection_reason: None,
         };
         let text: Utf8Bytes = frame::action(&envelope).into();
+        let mut encodings = version::Encodings::new(&envelope, &text);
         for c in &self.root_subscribers {
             if let Some(conn) = self.connections.get(c) {
-                conn.outbox.send(text.clone());
+                conn.outbox.send(encodings.text(conn.wire));
             }
         }
         self.root_history.push(envelope, text.len());
