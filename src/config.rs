@@ -47,6 +47,78 @@ pub const TOKEN_ENV: &str = "AHPTY_TOKEN";
 /// Shortest accepted configured token, in bytes.
 pub const MIN_TOKEN_LEN: usize = 16;
 
+/// Environment variables every *agent terminal* — one created with a session claim, i.e. by
+/// an agent's tool call — gets on top of the daemon's own, as the reference host gives the
+/// terminals its agents run commands in: an empty pager (git, gh, man and most CLI tools then
+/// print straight through instead of waiting in `less`), no git credential prompt, no
+/// interactive package configuration, a fixed UTF-8 locale, and `AI_AGENT` saying that an
+/// agent drives the process. Terminals created with a client claim (for a person) get none of
+/// them. Changed with `--agent-env` / `--no-agent-env`.
+pub const DEFAULT_AGENT_ENV: &[(&str, &str)] = &[
+    ("LC_ALL", "C.UTF-8"),
+    ("PAGER", ""),
+    ("GIT_PAGER", ""),
+    ("GH_PAGER", ""),
+    ("GIT_TERMINAL_PROMPT", "0"),
+    ("DEBIAN_FRONTEND", "noninteractive"),
+    ("AI_AGENT", "ahpty"),
+];
+
+/// One `--agent-env` argument: `KEY=VALUE` sets a variable (`KEY=` sets it empty), a bare
+/// `KEY` leaves it out of agent terminals' additions (they inherit the daemon's value, if any).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AgentEnvArg {
+    /// `KEY=VALUE`.
+    Set(String, String),
+    /// `KEY`.
+    Unset(String),
+}
+
+impl std::str::FromStr for AgentEnvArg {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (key, value) = match s.split_once('=') {
+            Some((k, v)) => (k, Some(v)),
+            None => (s, None),
+        };
+        if key.is_empty() {
+            return Err(format!(
+                "{s:?}: expected KEY=VALUE (e.g. PAGER=cat) or KEY to leave a default out"
+            ));
+        }
+        if s.contains('\0') {
+            return Err(format!("{s:?}: environment variables cannot contain NUL"));
+        }
+        Ok(match value {
+            Some(v) => AgentEnvArg::Set(key.into(), v.into()),
+            None => AgentEnvArg::Unset(key.into()),
+        })
+    }
+}
+
+/// The variables agent terminals get: [`DEFAULT_AGENT_ENV`] (unless `defaults` is false),
+/// then each argument in order (a later one wins).
+pub fn agent_env(defaults: bool, args: &[AgentEnvArg]) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = if defaults {
+        DEFAULT_AGENT_ENV
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    for arg in args {
+        let key = match arg {
+            AgentEnvArg::Set(k, _) | AgentEnvArg::Unset(k) => k,
+        };
+        env.retain(|(k, _)| k != key);
+        if let AgentEnvArg::Set(k, v) = arg {
+            env.push((k.clone(), v.clone()));
+        }
+    }
+    env
+}
+
 /// Where the daemon accepts connections.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Listen {
@@ -189,6 +261,9 @@ pub struct Config {
     pub max_terminals: usize,
     /// Most subscriptions one connection may hold (subscribe beyond it → -32603).
     pub max_subscriptions: usize,
+    /// Variables set in agent terminals (created with a session claim) only; see
+    /// [`DEFAULT_AGENT_ENV`].
+    pub agent_env: Vec<(String, String)>,
 }
 
 impl Config {
@@ -231,6 +306,7 @@ impl Default for Config {
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             max_terminals: DEFAULT_MAX_TERMINALS,
             max_subscriptions: DEFAULT_MAX_SUBSCRIPTIONS,
+            agent_env: agent_env(true, &[]),
         }
     }
 }
@@ -241,4 +317,30 @@ pub fn is_executable(path: &std::path::Path) -> bool {
     std::fs::metadata(path)
         .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
         .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn agent_env_arguments() {
+        let args: Vec<AgentEnvArg> = ["PAGER=cat", "LC_ALL", "AI_AGENT=my_agent", "X=a=b", "E="]
+            .iter()
+            .map(|a| a.parse().unwrap())
+            .collect();
+        let env = agent_env(true, &args);
+        let get = |k: &str| env.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("PAGER"), Some("cat"));
+        assert_eq!(get("LC_ALL"), None);
+        assert_eq!(get("AI_AGENT"), Some("my_agent"));
+        assert_eq!(get("X"), Some("a=b"));
+        assert_eq!(get("E"), Some(""));
+        assert_eq!(get("GIT_PAGER"), Some(""));
+        assert_eq!(get("GIT_TERMINAL_PROMPT"), Some("0"));
+        let only = agent_env(false, &args[..1]);
+        assert_eq!(only, vec![("PAGER".to_string(), "cat".to_string())]);
+        assert!("=x".parse::<AgentEnvArg>().is_err());
+        assert!("".parse::<AgentEnvArg>().is_err());
+    }
 }

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use ahpty::config::{
-    Auth, Config, Listen, TlsFiles, Token, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_MESSAGE_BYTES,
+    AgentEnvArg, Auth, Config, Listen, TlsFiles, Token, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_MESSAGE_BYTES,
     DEFAULT_MAX_SUBSCRIPTIONS, DEFAULT_MAX_TERMINALS, DEFAULT_SCROLLBACK_BYTES, TOKEN_ENV,
 };
 use ahpty::host::history::DEFAULT_TERMINAL_HISTORY_BYTES;
@@ -97,6 +97,15 @@ struct ServeArgs {
     /// Most subscriptions per connection.
     #[arg(long, default_value_t = DEFAULT_MAX_SUBSCRIPTIONS, value_name = "N")]
     max_subscriptions: usize,
+    /// Environment of agent terminals (created with a session claim), repeatable: KEY=VALUE
+    /// sets a variable (KEY= sets it empty), a bare KEY leaves a default out. Defaults:
+    /// LC_ALL=C.UTF-8 PAGER= GIT_PAGER= GH_PAGER= GIT_TERMINAL_PROMPT=0
+    /// DEBIAN_FRONTEND=noninteractive AI_AGENT=ahpty. Terminals for people get none of them.
+    #[arg(long = "agent-env", value_name = "KEY[=VALUE]")]
+    agent_env: Vec<AgentEnvArg>,
+    /// Give agent terminals none of the default variables (only those of --agent-env).
+    #[arg(long)]
+    no_agent_env: bool,
 }
 
 fn main() -> ExitCode {
@@ -155,6 +164,7 @@ fn main() -> ExitCode {
         max_message_bytes: args.max_message_bytes.max(64 * 1024),
         max_terminals: args.max_terminals,
         max_subscriptions: args.max_subscriptions,
+        agent_env: ahpty::config::agent_env(!args.no_agent_env, &args.agent_env),
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

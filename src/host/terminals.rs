@@ -93,7 +93,12 @@ impl Host {
         let nonce = shell_integration::new_nonce();
         let inject =
             self.config.shell_integration && shell_integration::shell_kind(&shell).is_some();
-        let request = self.spawn_request(shell.clone(), cwd.clone(), cols, rows);
+        let mut request = self.spawn_request(shell.clone(), cwd.clone(), cols, rows);
+        // An agent's terminal never waits on a pager or a prompt (docs/protocol.md).
+        if matches!(claim, TerminalClaim::Session(_)) {
+            let agent_env = self.config.agent_env.iter();
+            request.env.extend(agent_env.map(|(k, v)| (k.into(), v.into())));
+        }
         let pipeline = OutputPipeline::new(nonce.clone(), Some(cwd_uri.clone()), inject);
         let started = tokio::task::spawn_blocking(move || {
             let mut request = request;
