@@ -330,7 +330,11 @@ mod tests {
             .map(|a| a.parse().unwrap())
             .collect();
         let env = agent_env(true, &args);
-        let get = |k: &str| env.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str());
+        let get = |k: &str| {
+            env.iter()
+                .find(|(key, _)| key == k)
+                .map(|(_, v)| v.as_str())
+        };
         assert_eq!(get("PAGER"), Some("cat"));
         assert_eq!(get("LC_ALL"), None);
         assert_eq!(get("AI_AGENT"), Some("my_agent"));

@@ -6,8 +6,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use ahpty::config::{
-    AgentEnvArg, Auth, Config, Listen, TlsFiles, Token, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_MESSAGE_BYTES,
-    DEFAULT_MAX_SUBSCRIPTIONS, DEFAULT_MAX_TERMINALS, DEFAULT_SCROLLBACK_BYTES, TOKEN_ENV,
+    AgentEnvArg, Auth, Config, Listen, TlsFiles, Token, DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_SUBSCRIPTIONS, DEFAULT_MAX_TERMINALS,
+    DEFAULT_SCROLLBACK_BYTES, TOKEN_ENV,
 };
 use ahpty::host::history::DEFAULT_TERMINAL_HISTORY_BYTES;
 use clap::{Parser, Subcommand};

@@ -97,7 +97,9 @@ impl Host {
         // An agent's terminal never waits on a pager or a prompt (docs/protocol.md).
         if matches!(claim, TerminalClaim::Session(_)) {
             let agent_env = self.config.agent_env.iter();
-            request.env.extend(agent_env.map(|(k, v)| (k.into(), v.into())));
+            request
+                .env
+                .extend(agent_env.map(|(k, v)| (k.into(), v.into())));
         }
         let pipeline = OutputPipeline::new(nonce.clone(), Some(cwd_uri.clone()), inject);
         let started = tokio::task::spawn_blocking(move || {

@@ -350,10 +350,7 @@ fn no_agents_answer(method: &str, params: &Value) -> Result<Value, RpcError> {
             Err(RpcError::provider_not_found())
         }
         "disposeSession" => Err(RpcError::session_not_found(channel)),
-        "disposeChat"
-        | "moveChat"
-        | "completions"
-        | "invokeChangesetOperation"
+        "disposeChat" | "moveChat" | "completions" | "invokeChangesetOperation"
             if addressed_to_session =>
         {
             Err(RpcError::session_not_found(channel))

@@ -365,7 +365,9 @@ pub fn upgrade_create_terminal(params: &mut Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ahp_types::actions::{RootTerminalsChangedAction, TerminalClaimedAction, TerminalDataAction};
+    use ahp_types::actions::{
+        RootTerminalsChangedAction, TerminalClaimedAction, TerminalDataAction,
+    };
     use ahp_types::state::{
         TerminalClientClaim, TerminalExitedLifecycleState, TerminalInfo, TerminalLifecycleState,
         TerminalSessionClaim,
@@ -398,7 +400,14 @@ mod tests {
             pick(&["0.5.1", "0.8.0", "999.0.0"]),
             Some(("0.8.0".into(), Wire::V0_7_0))
         );
-        for none in [&[][..], &["0.4.0"], &["0.1.0"], &["999.0.0"], &["2.0.0"], &["0.10.0"]] {
+        for none in [
+            &[][..],
+            &["0.4.0"],
+            &["0.1.0"],
+            &["999.0.0"],
+            &["2.0.0"],
+            &["0.10.0"],
+        ] {
             assert_eq!(pick(none), None, "{none:?}");
         }
         assert!(negotiate(&offers(&["1.0"])).is_err());
@@ -516,7 +525,8 @@ mod tests {
             upgrade_claim(&mut c, None);
             assert_eq!(c, keep);
         }
-        let mut a = json!({"type":"terminal/claimed","claim":{"kind":"session","session":"copilotcli:/s"}});
+        let mut a =
+            json!({"type":"terminal/claimed","claim":{"kind":"session","session":"copilotcli:/s"}});
         upgrade_action(&mut a, &session_claim());
         assert_eq!(a["claim"]["chat"], "ahp-chat:/c");
     }
