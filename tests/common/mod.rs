@@ -58,6 +58,11 @@ impl Daemon {
 
     /// Like [`Daemon::start`] with extra arguments.
     pub fn start_with(extra: &[&str]) -> Daemon {
+        Self::start_with_env(extra, &[])
+    }
+
+    /// Like [`Daemon::start_with`], with extra variables in the daemon's environment.
+    pub fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> Daemon {
         let home = tempfile::tempdir().expect("tempdir");
         let mut args = vec![
             "--listen",
@@ -68,6 +73,7 @@ impl Daemon {
         ];
         args.extend_from_slice(extra);
         let mut child = daemon_command(home.path(), &args)
+            .envs(env.iter().copied())
             .spawn()
             .expect("spawn ahpty");
         let stderr = child.stderr.take().expect("stderr");
