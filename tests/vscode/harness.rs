@@ -196,18 +196,28 @@ pub fn init_params(client_id: &str, extra: Value) -> Value {
     p
 }
 
-/// `dropped(id, body)` of VS Code's `afterConnectionDrop`: a connection initialized as `id`
-/// runs `body` and is closed; returns what `body` returned.
-pub async fn after_connection_drop<T, F, Fut>(url: &str, id: &str, body: F) -> T
-where
-    F: FnOnce(Raw) -> Fut,
-    Fut: std::future::Future<Output = (Raw, T)>,
-{
-    let (first, init) = Raw::connect_init(url, id, &[]).await;
+/// VS Code's `afterConnectionDrop(id, body)` with a body that subscribes `uris`: a connection
+/// initialized as `id` subscribes each and is closed; returns the highest snapshot `fromSeq`.
+pub async fn dropped_after_subscribing(url: &str, id: &str, uris: &[&str]) -> i64 {
+    let (mut first, init) = Raw::connect_init(url, id, &[]).await;
     assert_eq!(init["protocolVersion"], PV);
-    let (mut first, carried) = body(first).await;
+    let mut seen = 0;
+    for uri in uris {
+        seen = seen.max(raw_subscribe_from(&mut first, uri).await);
+    }
     let _ = first.ws.close(None).await;
-    carried
+    seen
+}
+
+/// The `{channel, type}` of each envelope of a replay result.
+pub fn replayed(result: &Value) -> Vec<Value> {
+    assert_eq!(result["type"], "replay", "{result}");
+    result["actions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| json!({"channel": e["channel"], "type": e["action"]["type"]}))
+        .collect()
 }
 
 /// `reconnect {channel: root, clientId, lastSeenServerSeq, subscriptions}` on a fresh,

@@ -435,12 +435,7 @@ async fn reconnect_replays_only_the_actions_a_dropped_client_missed() {
     let d = Daemon::start();
     let (mut shared, t) = shared_with_terminal(&d, "reconnect").await;
     let id = "reconnect-dropped-copilotcli";
-    let uri = t.uri.clone();
-    let seen = after_connection_drop(&d.url(), id, |mut first| async move {
-        let from = raw_subscribe_from(&mut first, &uri).await;
-        (first, from)
-    })
-    .await;
+    let seen = dropped_after_subscribing(&d.url(), id, &[&t.uri]).await;
     dispatch_and_wait_on_shared(&mut shared, &t.uri, title("missed while disconnected")).await;
     let (_revived, result) = revive(&d.url(), id, seen, &[&t.uri]).await;
     assert_eq!(result["type"], "replay", "{result}");
@@ -468,12 +463,7 @@ async fn reconnect_with_no_missed_actions_returns_an_empty_replay() {
     let d = quiet_daemon();
     let (_shared, t) = shared_with_terminal(&d, "reconnect-empty").await;
     let id = "reconnect-empty-dropped-copilotcli";
-    let uri = t.uri.clone();
-    let seen = after_connection_drop(&d.url(), id, |mut first| async move {
-        let from = raw_subscribe_from(&mut first, &uri).await;
-        (first, from)
-    })
-    .await;
+    let seen = dropped_after_subscribing(&d.url(), id, &[&t.uri]).await;
     let (_revived, result) = revive(&d.url(), id, seen, &[&t.uri]).await;
     assert_eq!(
         result,
@@ -489,24 +479,12 @@ async fn reconnect_excludes_actions_from_channels_the_client_did_not_restore() {
     let (mut shared, first_t) = shared_with_terminal(&d, "reconnect-filter-first").await;
     let second_t = create_terminal(&shared, "reconnect-filter-second").await;
     let id = "reconnect-filter-copilotcli";
-    let uri = first_t.uri.clone();
-    let seen = after_connection_drop(&d.url(), id, |mut first| async move {
-        let from = raw_subscribe_from(&mut first, &uri).await;
-        (first, from)
-    })
-    .await;
+    let seen = dropped_after_subscribing(&d.url(), id, &[&first_t.uri]).await;
     dispatch_and_wait_on_shared(&mut shared, &first_t.uri, title("included")).await;
     dispatch_and_wait_on_shared(&mut shared, &second_t.uri, title("excluded")).await;
     let (_revived, result) = revive(&d.url(), id, seen, &[&first_t.uri]).await;
-    assert_eq!(result["type"], "replay", "{result}");
-    let got: Vec<Value> = result["actions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| json!({"channel": e["channel"], "type": e["action"]["type"]}))
-        .collect();
     assert_eq!(
-        got,
+        replayed(&result),
         vec![json!({"channel": first_t.uri, "type": "terminal/titleChanged"})]
     );
 }
@@ -518,25 +496,12 @@ async fn reconnect_replays_missed_session_and_chat_actions_together() {
     let (mut shared, a) = shared_with_terminal(&d, "reconnect-state-snapshots-a").await;
     let b = create_terminal(&shared, "reconnect-state-snapshots-b").await;
     let id = "reconnect-state-snapshots-dropped-copilotcli";
-    let (ua, ub) = (a.uri.clone(), b.uri.clone());
-    let seen = after_connection_drop(&d.url(), id, |mut first| async move {
-        let fa = raw_subscribe_from(&mut first, &ua).await;
-        let fb = raw_subscribe_from(&mut first, &ub).await;
-        (first, fa.max(fb))
-    })
-    .await;
+    let seen = dropped_after_subscribing(&d.url(), id, &[&a.uri, &b.uri]).await;
     dispatch_and_wait_on_shared(&mut shared, &a.uri, title("Replay Session")).await;
     dispatch_and_wait_on_shared(&mut shared, &b.uri, title("replay draft")).await;
     let (_revived, result) = revive(&d.url(), id, seen, &[&a.uri, &b.uri]).await;
-    assert_eq!(result["type"], "replay", "{result}");
-    let got: Vec<Value> = result["actions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| json!({"channel": e["channel"], "type": e["action"]["type"]}))
-        .collect();
     assert_eq!(
-        got,
+        replayed(&result),
         vec![
             json!({"channel": a.uri, "type": "terminal/titleChanged"}),
             json!({"channel": b.uri, "type": "terminal/titleChanged"}),
@@ -551,13 +516,7 @@ async fn reconnected_state_subscriptions_receive_subsequent_live_actions() {
     let (shared, a) = shared_with_terminal(&d, "reconnect-live-a").await;
     let b = create_terminal(&shared, "reconnect-live-b").await;
     let id = "reconnect-live-dropped-copilotcli";
-    let (ua, ub) = (a.uri.clone(), b.uri.clone());
-    let seen = after_connection_drop(&d.url(), id, |mut first| async move {
-        let fa = raw_subscribe_from(&mut first, &ua).await;
-        let fb = raw_subscribe_from(&mut first, &ub).await;
-        (first, fa.max(fb))
-    })
-    .await;
+    let seen = dropped_after_subscribing(&d.url(), id, &[&a.uri, &b.uri]).await;
     let (mut revived, _) = revive(&d.url(), id, seen, &[&a.uri, &b.uri]).await;
     shared.dispatch(&a.uri, title("Reconnected Live")).await;
     shared.dispatch(&b.uri, title("live")).await;
@@ -578,12 +537,7 @@ async fn reconnect_reports_a_subscription_it_cannot_resume_as_missing() {
     let (_shared, t) = shared_with_terminal(&d, "reconnect-missing").await;
     let id = "reconnect-missing-dropped-copilotcli";
     let gone = "agenthost-terminal://e2e/never-existed";
-    let uri = t.uri.clone();
-    let seen = after_connection_drop(&d.url(), id, |mut first| async move {
-        let from = raw_subscribe_from(&mut first, &uri).await;
-        (first, from)
-    })
-    .await;
+    let seen = dropped_after_subscribing(&d.url(), id, &[&t.uri]).await;
     let (_revived, result) = revive(&d.url(), id, seen, &[&t.uri, gone]).await;
     assert_eq!(result["type"], "replay", "{result}");
     assert_eq!(result["missing"], json!([gone]));

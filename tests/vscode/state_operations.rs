@@ -23,6 +23,16 @@ fn assert_cwd(cwd: Option<&str>, t: &Term) {
     assert_eq!(decoded, t.workspace.path());
 }
 
+/// `dispatchAndWait(terminal, {type: 'terminal/claimed', claim})`.
+async fn claim_terminal(c: &mut Ahp, t: &Term, claim: &Value) {
+    dispatch_and_wait(
+        c,
+        &t.uri,
+        json!({"type": "terminal/claimed", "claim": claim}),
+    )
+    .await;
+}
+
 fn session_claim(t: &Term, extra: Value) -> Value {
     let mut c = json!({"kind": "session", "session": t.session, "chat": default_chat(&t.session)});
     if let Value::Object(m) = extra {
@@ -85,12 +95,7 @@ async fn terminal_claim_transfer_preserves_dimensions_and_cwd() {
     let d = Daemon::start();
     let (mut c, t) = with_terminal(&d, "terminal-claim-metadata").await;
     let claim = session_claim(&t, json!({}));
-    dispatch_and_wait(
-        &mut c,
-        &t.uri,
-        json!({"type": "terminal/claimed", "claim": claim}),
-    )
-    .await;
+    claim_terminal(&mut c, &t, &claim).await;
     let state = terminal_snapshot(&c, &t.uri).await;
     assert_cwd(state.cwd.as_deref(), &t);
     assert_eq!((state.cols, state.rows), (Some(90), Some(30)));
@@ -124,12 +129,7 @@ async fn terminal_claim_can_transfer_from_the_client_to_the_session() {
     let d = Daemon::start();
     let (mut c, t) = with_terminal(&d, "terminal-claim").await;
     let claim = session_claim(&t, json!({}));
-    dispatch_and_wait(
-        &mut c,
-        &t.uri,
-        json!({"type": "terminal/claimed", "claim": claim}),
-    )
-    .await;
+    claim_terminal(&mut c, &t, &claim).await;
     assert_eq!(
         claim_json(&terminal_snapshot(&c, &t.uri).await.claim),
         claim
@@ -142,19 +142,9 @@ async fn terminal_claim_can_transfer_back_to_the_client() {
     let d = Daemon::start();
     let (mut c, t) = with_terminal(&d, "terminal-claim-return").await;
     let claim = session_claim(&t, json!({}));
-    dispatch_and_wait(
-        &mut c,
-        &t.uri,
-        json!({"type": "terminal/claimed", "claim": claim}),
-    )
-    .await;
+    claim_terminal(&mut c, &t, &claim).await;
     let client_claim = json!({"kind": "client", "clientId": t.client_id});
-    dispatch_and_wait(
-        &mut c,
-        &t.uri,
-        json!({"type": "terminal/claimed", "claim": client_claim}),
-    )
-    .await;
+    claim_terminal(&mut c, &t, &client_claim).await;
     assert_eq!(
         claim_json(&terminal_snapshot(&c, &t.uri).await.claim),
         client_claim
@@ -170,12 +160,7 @@ async fn session_terminal_claims_preserve_turn_and_tool_identifiers() {
         &t,
         json!({"turnId": "turn-claim", "toolCallId": "tool-claim"}),
     );
-    dispatch_and_wait(
-        &mut c,
-        &t.uri,
-        json!({"type": "terminal/claimed", "claim": claim}),
-    )
-    .await;
+    claim_terminal(&mut c, &t, &claim).await;
     assert_eq!(
         claim_json(&terminal_snapshot(&c, &t.uri).await.claim),
         claim
