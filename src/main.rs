@@ -6,9 +6,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use ahpty::config::{
-    AgentEnvArg, Auth, Config, Listen, TlsFiles, Token, DEFAULT_MAX_CONNECTIONS,
-    DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_SUBSCRIPTIONS, DEFAULT_MAX_TERMINALS,
-    DEFAULT_SCROLLBACK_BYTES, TOKEN_ENV,
+    Auth, Config, Listen, TlsFiles, Token, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_MESSAGE_BYTES,
+    DEFAULT_MAX_SUBSCRIPTIONS, DEFAULT_MAX_TERMINALS, DEFAULT_SCROLLBACK_BYTES, TOKEN_ENV,
 };
 use ahpty::host::history::DEFAULT_TERMINAL_HISTORY_BYTES;
 use clap::{Parser, Subcommand};
@@ -103,7 +102,7 @@ struct ServeArgs {
     /// LC_ALL=C.UTF-8 PAGER= GIT_PAGER= GH_PAGER= GIT_TERMINAL_PROMPT=0
     /// DEBIAN_FRONTEND=noninteractive AI_AGENT=ahpty. Terminals for people get none of them.
     #[arg(long = "agent-env", value_name = "KEY[=VALUE]")]
-    agent_env: Vec<AgentEnvArg>,
+    agent_env: Vec<ahpty::config::AgentEnvArg>,
     /// Give agent terminals none of the default variables (only those of --agent-env).
     #[arg(long)]
     no_agent_env: bool,
