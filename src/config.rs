@@ -127,6 +127,93 @@ pub fn effective_uid() -> u32 {
 /// Shortest accepted configured token, in bytes.
 pub const MIN_TOKEN_LEN: usize = 16;
 
+/// Environment variables every *agent terminal* — one created with a session claim, i.e. by
+/// an agent's tool call — gets on top of the daemon's own, as the reference host gives the
+/// terminals its agents run commands in: an empty pager (git, gh, man and most CLI tools then
+/// print straight through instead of waiting in `less`), no git credential prompt, no
+/// interactive package configuration, a fixed UTF-8 locale, and `AI_AGENT` saying that an
+/// agent drives the process. Terminals created with a client claim (for a person) get none of
+/// them. Changed with `--agent-env` / `--no-agent-env`.
+pub const DEFAULT_AGENT_ENV: &[(&str, &str)] = &[
+    ("LC_ALL", "C.UTF-8"),
+    ("PAGER", ""),
+    ("GIT_PAGER", ""),
+    ("GH_PAGER", ""),
+    ("GIT_TERMINAL_PROMPT", "0"),
+    ("DEBIAN_FRONTEND", "noninteractive"),
+    ("AI_AGENT", "ahpty"),
+];
+
+/// One `--agent-env` argument: `KEY=VALUE` sets a variable (`KEY=` sets it empty), a bare
+/// `KEY` leaves it out of agent terminals' additions (they inherit the daemon's value, if any).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AgentEnvArg {
+    /// `KEY=VALUE`.
+    Set(String, String),
+    /// `KEY`.
+    Unset(String),
+}
+
+impl fmt::Display for AgentEnvArg {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AgentEnvArg::Set(k, v) => write!(f, "{k}={v}"),
+            AgentEnvArg::Unset(k) => f.write_str(k),
+        }
+    }
+}
+
+impl Item for AgentEnvArg {
+    fn parse_item(text: &str) -> Result<Self, String> {
+        text.parse()
+    }
+}
+
+impl std::str::FromStr for AgentEnvArg {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (key, value) = match s.split_once('=') {
+            Some((k, v)) => (k, Some(v)),
+            None => (s, None),
+        };
+        if key.is_empty() {
+            return Err(format!(
+                "{s:?}: expected KEY=VALUE (e.g. PAGER=cat) or KEY to leave a default out"
+            ));
+        }
+        if s.contains('\0') {
+            return Err(format!("{s:?}: environment variables cannot contain NUL"));
+        }
+        Ok(match value {
+            Some(v) => AgentEnvArg::Set(key.into(), v.into()),
+            None => AgentEnvArg::Unset(key.into()),
+        })
+    }
+}
+
+/// The variables agent terminals get: [`DEFAULT_AGENT_ENV`] (unless `defaults` is false),
+/// then each argument in order (a later one wins).
+pub fn agent_env(defaults: bool, args: &[AgentEnvArg]) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = if defaults {
+        DEFAULT_AGENT_ENV
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    for arg in args {
+        let key = match arg {
+            AgentEnvArg::Set(k, _) | AgentEnvArg::Unset(k) => k,
+        };
+        env.retain(|(k, _)| k != key);
+        if let AgentEnvArg::Set(k, v) = arg {
+            env.push((k.clone(), v.clone()));
+        }
+    }
+    env
+}
+
 // ─── The settings ───────────────────────────────────────────────────────────────────────
 
 /// Generates, from one table, the per-source [`Layer`], the resolved [`Settings`], the key
@@ -259,6 +346,13 @@ settings! {
     allow_origin: Vec<String> = Vec::new(), limit any;
     /// Do not inject command detection (shell integration) into bash, zsh and fish.
     no_shell_integration: bool = false, limit any;
+    /// Environment of agent terminals (created with a session claim), repeatable (a list in
+    /// the file): KEY=VALUE sets a variable (KEY= sets it empty), a bare KEY leaves a default
+    /// out. Defaults: LC_ALL=C.UTF-8 PAGER= GIT_PAGER= GH_PAGER= GIT_TERMINAL_PROMPT=0
+    /// DEBIAN_FRONTEND=noninteractive AI_AGENT=ahpty. Terminals for people get none of them.
+    agent_env: Vec<AgentEnvArg> = Vec::new(), limit any;
+    /// Give agent terminals none of the default variables (only those of agent_env).
+    no_agent_env: bool = false, limit any;
     /// Retained output per terminal, in bytes (trimmed from the head; at least 1024).
     scrollback_bytes: usize = DEFAULT_SCROLLBACK_BYTES, limit |v| at_least(*v, MIN_BUFFER_BYTES);
     /// Retained envelopes per terminal for `reconnect` replay, in bytes (at least 1024).
@@ -1058,6 +1152,7 @@ impl Settings {
             max_message_bytes: self.max_message_bytes.value,
             max_terminals: self.max_terminals.value,
             max_subscriptions: self.max_subscriptions.value,
+            agent_env: agent_env(!self.no_agent_env.value, &self.agent_env.value),
         };
         Ok((config, warnings))
     }
@@ -1210,6 +1305,9 @@ pub struct Config {
     pub max_terminals: usize,
     /// Most subscriptions one connection may hold (subscribe beyond it → -32603).
     pub max_subscriptions: usize,
+    /// Variables set in agent terminals (created with a session claim) only; see
+    /// [`DEFAULT_AGENT_ENV`].
+    pub agent_env: Vec<(String, String)>,
 }
 
 impl Config {
@@ -1253,6 +1351,7 @@ impl Default for Config {
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             max_terminals: DEFAULT_MAX_TERMINALS,
             max_subscriptions: DEFAULT_MAX_SUBSCRIPTIONS,
+            agent_env: agent_env(true, &[]),
         }
     }
 }
@@ -1268,6 +1367,31 @@ pub fn is_executable(path: &std::path::Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn agent_env_arguments() {
+        let args: Vec<AgentEnvArg> = ["PAGER=cat", "LC_ALL", "AI_AGENT=my_agent", "X=a=b", "E="]
+            .iter()
+            .map(|a| a.parse().unwrap())
+            .collect();
+        let env = agent_env(true, &args);
+        let get = |k: &str| {
+            env.iter()
+                .find(|(key, _)| key == k)
+                .map(|(_, v)| v.as_str())
+        };
+        assert_eq!(get("PAGER"), Some("cat"));
+        assert_eq!(get("LC_ALL"), None);
+        assert_eq!(get("AI_AGENT"), Some("my_agent"));
+        assert_eq!(get("X"), Some("a=b"));
+        assert_eq!(get("E"), Some(""));
+        assert_eq!(get("GIT_PAGER"), Some(""));
+        assert_eq!(get("GIT_TERMINAL_PROMPT"), Some("0"));
+        let only = agent_env(false, &args[..1]);
+        assert_eq!(only, vec![("PAGER".to_string(), "cat".to_string())]);
+        assert!("=x".parse::<AgentEnvArg>().is_err());
+        assert!("".parse::<AgentEnvArg>().is_err());
+    }
 
     #[test]
     fn default_socket_paths() {

@@ -8,8 +8,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use ahpty::config::{
-    self, help, parse_flag, parse_item, ConfigError, Layer, Listen, Loaded, Origin, Val, KEYS,
-    TOKEN_ENV,
+    self, help, parse_flag, parse_item, AgentEnvArg, ConfigError, Layer, Listen, Loaded, Origin,
+    Val, KEYS, TOKEN_ENV,
 };
 use ahpty::service;
 use clap::{CommandFactory, Parser, Subcommand};
@@ -96,6 +96,10 @@ struct ServeArgs {
     allow_origin: Vec<String>,
     #[arg(long, help = help("no_shell_integration"))]
     no_shell_integration: bool,
+    #[arg(long = "agent-env", value_name = "KEY[=VALUE]", help = help("agent_env"), value_parser = parse_item::<AgentEnvArg>)]
+    agent_env: Vec<AgentEnvArg>,
+    #[arg(long, help = help("no_agent_env"))]
+    no_agent_env: bool,
     #[arg(long, value_name = "PATH", conflicts_with = "no_socket", help = help("socket"))]
     socket: Option<PathBuf>,
     #[arg(long, help = help("no_socket"))]
@@ -178,6 +182,8 @@ impl ServeArgs {
             shell,
             allow_origin,
             no_shell_integration,
+            agent_env,
+            no_agent_env,
             scrollback_bytes,
             history_bytes,
             kill_grace,

@@ -71,6 +71,10 @@ async fn version_negotiation_picks_highest_acceptable() {
         (json!(["0.9.0", "1.2.3"]), "1.2.3"),
         (json!(["0.9.5"]), "0.9.5"),
         (json!(["1.0.0", "0.9.0"]), "1.0.0"),
+        // Seed-era versions (docs/protocol.md, "Protocol versions").
+        (json!(["0.8.0"]), "0.8.0"),
+        (json!(["0.5.2", "0.5.1"]), "0.5.2"),
+        (json!(["0.5.1", "0.8.0", "1.0.0"]), "1.0.0"),
     ] {
         let mut raw = Raw::connect(&d.url()).await;
         let resp = raw.request("initialize", init_params(offer.clone())).await;
@@ -85,10 +89,10 @@ async fn version_negotiation_picks_highest_acceptable() {
 async fn unsupported_versions_get_32005_then_close() {
     let d = Daemon::start();
     for offer in [
-        json!(["0.8.0"]),
+        json!(["0.4.0"]),
         json!(["2.0.0"]),
         json!([]),
-        json!(["0.5.2", "0.5.1"]),
+        json!(["0.10.0", "0.1.0"]),
     ] {
         let mut raw = Raw::connect(&d.url()).await;
         let resp = raw.request("initialize", init_params(offer.clone())).await;
@@ -97,7 +101,7 @@ async fn unsupported_versions_get_32005_then_close() {
             .pointer("/error/data/supportedVersions")
             .and_then(Value::as_array)
             .unwrap_or_else(|| panic!("no data.supportedVersions: {resp}"));
-        assert!(!sv.is_empty(), "{resp}");
+        assert_eq!(sv, &[json!("^1.0.0"), json!(">=0.5.0 <0.10.0")], "{resp}");
         raw.wait_closed(Duration::from_secs(5)).await;
     }
 }
@@ -113,20 +117,33 @@ async fn malformed_version_is_invalid_params() {
     assert_eq!(resp["result"], Value::Null, "{resp}");
 }
 
+/// Docs: a second `initialize` → -32601 (the reference host's answer; the spec is silent).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn second_initialize_is_invalid_request() {
+async fn second_initialize_is_method_not_found() {
     let d = Daemon::start();
     let (mut raw, _) = Raw::connect_init(&d.url(), "twice", &[]).await;
     let resp = raw
         .request("initialize", init_params(json!(["1.0.0"])))
         .await;
-    assert_eq!(Raw::code(&resp), Some(-32600), "{resp}");
+    assert_eq!(Raw::code(&resp), Some(-32601), "{resp}");
+    let resp = raw
+        .request(
+            "reconnect",
+            json!({"clientId": "twice", "lastSeenServerSeq": 0, "subscriptions": []}),
+        )
+        .await;
+    assert_eq!(
+        Raw::code(&resp),
+        Some(-32601),
+        "reconnect after the handshake: {resp}"
+    );
     let resp = raw.request("ping", json!({"channel": ROOT})).await;
     assert_eq!(resp["result"], Value::Null, "{resp}");
 }
 
+/// Docs: before the handshake, any request but `ping` → -32601 (as the reference host).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn methods_before_initialize_are_invalid_request() {
+async fn methods_before_initialize_are_method_not_found() {
     let d = Daemon::start();
     let mut raw = Raw::connect(&d.url()).await;
     for (method, params) in [
@@ -140,7 +157,7 @@ async fn methods_before_initialize_are_invalid_request() {
         ("noSuchMethod", json!({})),
     ] {
         let resp = raw.request(method, params).await;
-        assert_eq!(Raw::code(&resp), Some(-32600), "{method}: {resp}");
+        assert_eq!(Raw::code(&resp), Some(-32601), "{method}: {resp}");
     }
     // initialize still works afterwards, and nothing was created.
     let resp = raw
@@ -158,12 +175,11 @@ async fn methods_before_initialize_are_invalid_request() {
     );
 }
 
-/// `reconnect` as the first message from an unknown client: since resume landed
-/// (docs/protocol.md, "reconnect"), the answer is a snapshot result for the channels that
-/// exist (unknown ones left out) and the connection counts as initialized. (Before resume,
-/// ahpty answered -32008 so clients fell back to `initialize`.)
+/// `reconnect` as the first message from a client this daemon has never seen (e.g. after a
+/// restart): -32008, nothing subscribed, and `initialize` then works on the same socket — the
+/// fallback VS Code takes on exactly this code (docs/protocol.md, "reconnect").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reconnect_from_unknown_client_gets_snapshots() {
+async fn reconnect_from_unknown_client_is_not_found_and_initialize_follows() {
     let d = Daemon::start();
     let mut raw = Raw::connect(&d.url()).await;
     let resp = raw
@@ -173,34 +189,34 @@ async fn reconnect_from_unknown_client_gets_snapshots() {
                    "subscriptions": [ROOT, "ahp-terminal:/never-created"]}),
         )
         .await;
-    if Raw::code(&resp) == Some(-32008) {
-        // The pre-resume answer: initialize must then work on the same socket.
-        let resp = raw
-            .request("initialize", init_params(json!(["1.0.0"])))
-            .await;
-        assert_eq!(resp["result"]["protocolVersion"], "1.0.0", "{resp}");
-        return;
-    }
-    let r = &resp["result"];
-    assert_eq!(r["type"], "snapshot", "{resp}");
-    let resources: Vec<&Value> = r["snapshots"]
-        .as_array()
-        .unwrap_or_else(|| panic!("{resp}"))
-        .iter()
-        .map(|s| &s["resource"])
-        .collect();
-    assert_eq!(resources, vec![&json!(ROOT)], "{resp}");
-    assert!(
-        r.get("missing").is_none(),
-        "1.0.0 snapshot result has no missing: {resp}"
-    );
-    // Initialized: requests work, a later initialize is refused.
+    assert_eq!(Raw::code(&resp), Some(-32008), "{resp}");
+    let message = resp
+        .pointer("/error/message")
+        .and_then(Value::as_str)
+        .unwrap();
+    assert!(message.contains("initialize"), "{message}");
+    // Still not initialized: other requests are refused, and nothing was subscribed (no
+    // envelope arrives for the terminal created below until this connection subscribes).
     let resp = raw.request("listSessions", json!({"channel": ROOT})).await;
-    assert_eq!(resp["result"], json!({"items": []}), "{resp}");
+    assert_eq!(Raw::code(&resp), Some(-32601), "{resp}");
     let resp = raw
         .request("initialize", init_params(json!(["1.0.0"])))
         .await;
-    assert_eq!(Raw::code(&resp), Some(-32600), "{resp}");
+    assert_eq!(resp["result"]["protocolVersion"], "1.0.0", "{resp}");
+    assert_eq!(resp["result"]["snapshots"], json!([]), "{resp}");
+    let (mut other, _) = Raw::connect_init(&d.url(), "rc-other", &[]).await;
+    let t = "ahp-terminal:/rc-unknown-barrier";
+    let r = other
+        .request(
+            "createTerminal",
+            json!({"channel": t, "claim": {"kind": "client", "clientId": "rc-other"}}),
+        )
+        .await;
+    assert!(r.get("error").is_none(), "{r}");
+    // The ping's answer is queued after anything the create could have sent us.
+    let resp = raw.request("ping", json!({"channel": ROOT})).await;
+    assert_eq!(resp["result"], Value::Null);
+    assert!(raw.envelopes().is_empty(), "{}", raw.describe());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -508,14 +508,15 @@ async fn out_of_range_last_seen_answers_snapshots() {
                 json!({"channel": ROOT, "protocolVersions": ["1.0.0"], "clientId": "range-a"}),
             )
             .await;
-        assert_eq!(Raw::code(&again), Some(-32600), "{again}");
+        assert_eq!(Raw::code(&again), Some(-32601), "{again}");
     }
 }
 
-/// Docs: snapshots are "also the answer for an unknown clientId". A clientId the daemon has
-/// never seen presents a lastSeenServerSeq that happens to be in range.
+/// Docs: a clientId the daemon has never seen cannot be resumed, even with a
+/// lastSeenServerSeq that happens to be in range (it counts another process's sequence): the
+/// answer is -32008, and the terminal's owner keeps its connection.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unknown_client_id_answers_snapshots() {
+async fn unknown_client_id_is_not_found() {
     let d = Daemon::start_with(&["--history-bytes", BIG]);
     let (mut a, _) = Raw::connect_init(&d.url(), "known", &[ROOT]).await;
     let t = term_uri("unknown");
@@ -525,9 +526,17 @@ async fn unknown_client_id_answers_snapshots() {
     let seen = last_seq(&a) as i64 - 1;
     let (_r, resp) = raw_reconnect(&d.url(), "never-connected-before", seen, &[ROOT, &t]).await;
     assert_eq!(
-        resp.pointer("/result/type"),
-        Some(&json!("snapshot")),
+        Raw::code(&resp),
+        Some(-32008),
         "unknown clientId: {}",
         resp.to_string().chars().take(300).collect::<String>()
     );
+    // The known client's own reconnect still resumes by replay.
+    let (mut r, resp) = raw_reconnect(&d.url(), "known", seen, &[ROOT, &t]).await;
+    assert_eq!(
+        resp.pointer("/result/type"),
+        Some(&json!("replay")),
+        "{resp}"
+    );
+    r.ready(&t).await;
 }

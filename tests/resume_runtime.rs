@@ -1,6 +1,8 @@
 //! The official reconnecting runtime (`ahp::hosts`, `MultiHostClient::single`) resumes
 //! against ahpty with `reconnect` — not by falling back to `initialize` — after its
-//! connection is cut by a TCP proxy, and its state keeps up with the terminal.
+//! connection is cut by a TCP proxy, and its state keeps up with the terminal. After a daemon
+//! restart (a new process behind the same address) its `reconnect` is refused with -32008 and
+//! it initializes afresh.
 
 mod common;
 mod resume_support;
@@ -19,6 +21,8 @@ use tokio::task::JoinHandle;
 /// A TCP proxy in front of the daemon whose connections can be severed at will.
 struct Proxy {
     addr: String,
+    /// Where new connections go (switched to stand in for a restarted daemon).
+    target: Arc<Mutex<String>>,
     conns: Arc<Mutex<Vec<JoinHandle<()>>>>,
     accept: JoinHandle<()>,
 }
@@ -28,11 +32,12 @@ impl Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         let conns: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
-        let target = target.to_string();
+        let target = Arc::new(Mutex::new(target.to_string()));
         let keep = conns.clone();
+        let current = target.clone();
         let accept = tokio::spawn(async move {
             while let Ok((mut inbound, _)) = listener.accept().await {
-                let target = target.clone();
+                let target = current.lock().unwrap().clone();
                 let task = tokio::spawn(async move {
                     if let Ok(mut outbound) = TcpStream::connect(&target).await {
                         let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
@@ -43,6 +48,7 @@ impl Proxy {
         });
         Proxy {
             addr,
+            target,
             conns,
             accept,
         }
@@ -50,6 +56,11 @@ impl Proxy {
 
     fn url(&self) -> String {
         format!("ws://{}", self.addr)
+    }
+
+    /// New connections go to `target` from now on.
+    fn retarget(&self, target: &str) {
+        *self.target.lock().unwrap() = target.to_string();
     }
 
     /// Drops every proxied connection (both sockets), as a network failure would.
@@ -115,10 +126,8 @@ async fn wait_generation(multi: &MultiHostClient, id: &HostId, generation: u64) 
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn official_runtime_resumes_with_reconnect_after_a_cut() {
-    let d = Daemon::start_with(&["--history-bytes", "67108864"]);
-    let proxy = Proxy::start(d.addr()).await;
+/// The runtime behind `proxy`, with client id `rt-client` and a quick constant backoff.
+async fn runtime(proxy: &Proxy) -> (MultiHostClient, HostId) {
     let url = proxy.url();
     let factory = move |_host: HostId| {
         let url = url.clone();
@@ -142,7 +151,14 @@ async fn official_runtime_resumes_with_reconnect_after_a_cut() {
         .with_client_config(client_config())
         .with_reconnect_policy(policy);
     let (multi, _) = MultiHostClient::single(config).await.expect("add host");
-    let id = HostId::new("ahpty");
+    (multi, HostId::new("ahpty"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn official_runtime_resumes_with_reconnect_after_a_cut() {
+    let d = Daemon::start_with(&["--history-bytes", "67108864"]);
+    let proxy = Proxy::start(d.addr()).await;
+    let (multi, id) = runtime(&proxy).await;
     let mut seen = Seen {
         events: multi.events(),
         log: Vec::new(),
@@ -247,4 +263,66 @@ async fn official_runtime_resumes_with_reconnect_after_a_cut() {
         3000,
         "output across the cut",
     );
+}
+
+/// A daemon restart: the same address now leads to a new process that has never seen
+/// `rt-client`. Its `reconnect` (the runtime has a cursor and a subscription) is answered with
+/// -32008, not with snapshots from a foreign sequence; the runtime initializes afresh and works
+/// against the new daemon.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn official_runtime_initializes_after_a_daemon_restart() {
+    let old = Daemon::start();
+    let proxy = Proxy::start(old.addr()).await;
+    let (multi, id) = runtime(&proxy).await;
+    let mut seen = Seen {
+        events: multi.events(),
+        log: Vec::new(),
+    };
+    wait_generation(&multi, &id, 1).await;
+    let (mut helper, _) = Raw::connect_init(&old.url(), "rt-helper", &[]).await;
+    let t = term_uri("before-restart");
+    raw_create(&mut helper, &t, client_claim("rt-client")).await;
+    multi
+        .subscribe(&id, t.clone())
+        .await
+        .expect("runtime subscribe");
+    raw_subscribe(&mut helper, &t).await;
+    helper.ready(&t).await;
+    let u = t.clone();
+    seen.wait("rdy-42 from the old daemon", |l| {
+        data_of(l, &u).contains("rdy-42")
+    })
+    .await;
+
+    let new = Daemon::start();
+    proxy.retarget(new.addr());
+    assert_eq!(proxy.sever(), 1, "one proxied connection");
+    drop(helper);
+    drop(old);
+    wait_generation(&multi, &id, 2).await;
+    let log = new.stderr();
+    let mine = |needle: &str| {
+        log.lines()
+            .filter(|l| l.contains(needle) && l.contains("client_id=rt-client"))
+            .count()
+    };
+    assert_eq!(mine("reconnect refused: unknown client"), 1, "{log}");
+    assert_eq!(mine("client initialized"), 1, "{log}");
+    assert_eq!(mine("client reconnected"), 0, "{log}");
+
+    // The runtime is live on the new daemon.
+    let (mut helper, _) = Raw::connect_init(&new.url(), "rt-helper", &[]).await;
+    let t2 = term_uri("after-restart");
+    raw_create(&mut helper, &t2, client_claim("rt-client")).await;
+    multi
+        .subscribe(&id, t2.clone())
+        .await
+        .expect("subscribe on the new daemon");
+    raw_subscribe(&mut helper, &t2).await;
+    helper.type_text(&t2, "echo new-$((6*7))\r").await;
+    let u = t2.clone();
+    seen.wait("new-42 from the new daemon", |l| {
+        data_of(l, &u).contains("new-42")
+    })
+    .await;
 }

@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::channel::{self, ChannelKind};
 use super::{outbox, validate, ConnId, Host, Inner};
-use crate::rpc::frame;
+use crate::rpc::{frame, version};
 use crate::terminal;
 
 impl Host {
@@ -35,6 +35,13 @@ impl Host {
                 inner.reject(conn, channel, action, origin, reason);
             }
             ChannelKind::Terminal if inner.terminals.contains_key(channel) => {
+                // A pre-0.9 client's chat-less session claim gets its chat (docs/protocol.md).
+                let mut action = action;
+                if !inner.wire_of(conn).is_current() {
+                    if let Some(t) = inner.terminals.get(channel) {
+                        version::upgrade_action(&mut action, &t.state.claim);
+                    }
+                }
                 match validate::terminal_action(&action) {
                     Err(reason) => inner.reject(conn, channel, action, origin, reason),
                     Ok(typed) => inner.apply_client_action(conn, channel, typed, action, origin),
@@ -158,8 +165,12 @@ impl Inner {
             origin: Some(origin),
             rejection_reason: Some(reason),
         };
-        let text = frame::action(&envelope);
+        let mut text = frame::action(&envelope);
         let bytes = text.len();
+        let wire = self.wire_of(conn);
+        if !wire.is_current() {
+            text = version::action_text(&envelope, wire);
+        }
         self.send(conn, text);
         // Kept for a replay to the same client (decision D3 applies there too).
         if channel == channel::ROOT {

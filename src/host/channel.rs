@@ -54,6 +54,14 @@ pub fn classify(channel: &str) -> ChannelKind {
     }
 }
 
+/// Whether `channel` is an OTLP telemetry channel (`ahp-otlp:`, any case): stateless, and
+/// never fed by ahpty, which exports no telemetry.
+pub fn is_otlp(channel: &str) -> bool {
+    channel
+        .get(..9)
+        .is_some_and(|s| s.eq_ignore_ascii_case("ahp-otlp:"))
+}
+
 /// Checks a `createTerminal.channel` (D1): an absolute URI with a non-reserved scheme.
 /// Errors: -32602 naming the value.
 pub fn check_new_terminal_uri(channel: &str) -> Result<(), RpcError> {

@@ -26,6 +26,7 @@ mod resume;
 pub mod scrollback;
 mod terminals;
 pub mod validate;
+mod versions;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -36,6 +37,7 @@ use tokio::sync::Notify;
 
 use crate::config::Config;
 use crate::rpc::error::RpcError;
+use crate::rpc::version::Wire;
 use crate::terminal::{shell_integration, PtyProcess};
 use channel::ChannelKind;
 pub use flow::CLOSE_STALLED;
@@ -68,6 +70,9 @@ struct Inner {
     /// Every `clientId` that presented itself since the daemon started: only those can be
     /// resumed by replay (another daemon's `serverSeq` means nothing here).
     seen_clients: HashSet<String>,
+    /// The wire shapes each `clientId` negotiated last, for its `reconnect`; only clients of
+    /// a version before 0.9.0 are listed (see `versions.rs`).
+    client_wires: HashMap<String, Wire>,
     /// URIs whose `createTerminal` is spawning the process.
     reserved: HashSet<String>,
     /// Most subscriptions per connection (`--max-subscriptions`).
@@ -83,6 +88,8 @@ struct Inner {
 struct ConnEntry {
     outbox: Outbox,
     client_id: Option<String>,
+    /// The shapes envelopes are encoded in for this connection.
+    wire: Wire,
 }
 
 struct TerminalEntry {
@@ -124,6 +131,7 @@ impl Host {
                 terminals: HashMap::new(),
                 clients: HashMap::new(),
                 seen_clients: HashSet::new(),
+                client_wires: HashMap::new(),
                 reserved: HashSet::new(),
                 max_subscriptions: config.max_subscriptions,
                 scrollback_bytes: config.scrollback_bytes,
@@ -159,6 +167,7 @@ impl Host {
             ConnEntry {
                 outbox,
                 client_id: None,
+                wire: Wire::Current,
             },
         );
         id

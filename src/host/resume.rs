@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 use ahp_types::commands::{ReconnectReplayResult, ReconnectResult, ReconnectSnapshotResult};
 
 use super::{channel, ConnId, Host, Inner};
+use crate::rpc::error::RpcError;
+use crate::rpc::version::Wire;
 use crate::terminal::PtyProcess;
 
 /// Largest `reconnect` replay, in bytes of encoded envelopes; a longer one is answered with
@@ -21,25 +23,39 @@ pub const CLOSE_SUPERSEDED: u16 = 4000;
 impl Host {
     /// `reconnect` (notes §4): resumes `client_id` on this connection.
     ///
-    /// Any other live connection of the same `clientId` is closed first (code
-    /// [`CLOSE_SUPERSEDED`]) and loses its subscriptions. If the `clientId` presented itself
-    /// to this daemon before, and every requested channel that still
+    /// A `clientId` that never presented itself to this daemon (e.g. one from before a
+    /// restart, whose `last_seen` belongs to another process's sequence) cannot be resumed:
+    /// the answer is -32008, nothing changes, and the client is expected to `initialize`
+    /// (as VS Code and the `ahp` runtime do); the return value is then `None`.
+    ///
+    /// Otherwise, any other live connection of the same `clientId` is closed first (code
+    /// [`CLOSE_SUPERSEDED`]) and loses its subscriptions. If every requested channel that still
     /// exists has retained every envelope after `last_seen` (and the replay fits in
     /// [`MAX_REPLAY_BYTES`]), the answer is `{"type":"replay","actions":[…],"missing":[…]}` with
     /// exactly those envelopes in `serverSeq` order (a rejected one only if this client
     /// dispatched it); otherwise `{"type":"snapshot","snapshots":[…]}` with fresh snapshots.
     /// Channels that no longer exist are listed in `missing` (replay) or left out (snapshot).
     /// Either way the surviving subscriptions are live on this connection, atomically with the
-    /// answer queued by `respond`.
+    /// answer queued by `respond`, which also gets the protocol version the `clientId`
+    /// negotiated last (returned too, for the connection's later answers).
     pub fn reconnect(
         &self,
         conn: ConnId,
         client_id: String,
         last_seen: i64,
         subscriptions: &[String],
-        respond: impl FnOnce(ReconnectResult) -> String,
-    ) {
+        respond: impl FnOnce(Result<(ReconnectResult, Wire), RpcError>) -> String,
+    ) -> Option<Wire> {
         let mut inner = self.lock();
+        if !inner.seen_clients.contains(&client_id) {
+            tracing::info!(conn, %client_id, "reconnect refused: unknown client");
+            let text = respond(Err(RpcError::not_found(format!(
+                "reconnect: client {client_id:?} is not known to this ahpty process (it \
+                 restarted or forgot the client); call initialize instead"
+            ))));
+            inner.send(conn, text);
+            return None;
+        }
         let others: Vec<ConnId> = inner
             .connections
             .iter()
@@ -56,8 +72,8 @@ impl Host {
             inner.drop_connection(other);
             tracing::info!(conn = other, %client_id, "connection superseded by a reconnect");
         }
-        let known = inner.seen_clients.contains(&client_id);
         inner.set_client(conn, client_id.clone());
+        let wire = inner.restore_wire(conn, &client_id);
         let mut live: Vec<String> = Vec::new();
         let mut missing: Vec<String> = Vec::new();
         for uri in subscriptions {
@@ -74,7 +90,6 @@ impl Host {
         }
         let replayable = u64::try_from(last_seen)
             .ok()
-            .filter(|_| known)
             .filter(|&s| s <= inner.server_seq)
             .filter(|&s| live.iter().all(|c| inner.covers(c, s)));
         let mut replay = None;
@@ -120,8 +135,9 @@ impl Host {
             ReconnectResult::Snapshot(s) => format!("{} snapshots", s.snapshots.len()),
         };
         tracing::info!(conn, %client_id, last_seen, "client reconnected: {kind}");
-        let text = respond(result);
+        let text = respond(Ok((result, wire)));
         inner.send(conn, text);
+        Some(wire)
     }
 
     /// Disposes, every tick, the terminals whose claim holder has had no live connection for

@@ -25,7 +25,7 @@ use super::history::History;
 use super::{pump, scrollback, validate, ConnId, Host, Inner, Outbox, TerminalEntry};
 use crate::config::{EXE_ENV, HOST_ID_ENV, TERMINAL_ENV};
 use crate::rpc::error::RpcError;
-use crate::rpc::frame;
+use crate::rpc::{frame, version};
 use crate::terminal::{
     self, shell_integration, OutputPipeline, PtyEvent, PtyProcess, SpawnRequest,
 };
@@ -105,7 +105,14 @@ impl Host {
         let nonce = shell_integration::new_nonce();
         let inject =
             self.config.shell_integration && shell_integration::shell_kind(&shell).is_some();
-        let request = self.spawn_request(&uri, shell.clone(), cwd.clone(), cols, rows);
+        let mut request = self.spawn_request(&uri, shell.clone(), cwd.clone(), cols, rows);
+        // An agent's terminal never waits on a pager or a prompt (docs/protocol.md).
+        if matches!(claim, TerminalClaim::Session(_)) {
+            let agent_env = self.config.agent_env.iter();
+            request
+                .env
+                .extend(agent_env.map(|(k, v)| (k.into(), v.into())));
+        }
         let pipeline = OutputPipeline::new(nonce.clone(), Some(cwd_uri.clone()), inject);
         let started = tokio::task::spawn_blocking(move || {
             let mut request = request;
@@ -336,9 +343,10 @@ impl Inner {
             rejection_reason: None,
         };
         let text: Utf8Bytes = frame::action(&envelope).into();
+        let mut encodings = version::Encodings::new(&envelope, &text);
         for c in &t.subscribers {
             if let Some(conn) = self.connections.get(c) {
-                conn.outbox.send(text.clone());
+                conn.outbox.send(encodings.text(conn.wire));
             }
         }
         t.history.push(envelope, text.len());
@@ -414,9 +422,10 @@ impl Inner {
             rejection_reason: None,
         };
         let text: Utf8Bytes = frame::action(&envelope).into();
+        let mut encodings = version::Encodings::new(&envelope, &text);
         for c in &self.root_subscribers {
             if let Some(conn) = self.connections.get(c) {
-                conn.outbox.send(text.clone());
+                conn.outbox.send(encodings.text(conn.wire));
             }
         }
         self.root_history.push(envelope, text.len());

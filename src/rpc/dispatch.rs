@@ -1,6 +1,8 @@
 //! The method table: one connection's view of AHP methods (notes §3, §5, §11).
 //!
-//! Before `initialize` only `ping`, `initialize` and `reconnect` are served (others → -32600).
+//! Before `initialize` only `ping`, `initialize` and `reconnect` are served; other requests,
+//! and a second handshake, get -32601 as from the reference host. Results and envelopes are
+//! encoded for the negotiated protocol version ([`super::version`]).
 //! Requests take effect in the order they arrive (a `subscribe` sent right after
 //! `createTerminal` finds the terminal). The only wait inline is spawning a shell (a fork/exec);
 //! `disposeTerminal` removes the terminal inline and waits for its processes to die in a
@@ -10,7 +12,7 @@ use std::sync::Arc;
 
 use ahp_types::commands::{
     CreateTerminalParams, DisposeTerminalParams, Implementation, InitializeParams,
-    InitializeResult, ReconnectParams, SubscribeParams, SubscribeResult, UnsubscribeParams,
+    InitializeResult, ReconnectParams, SubscribeParams, UnsubscribeParams,
 };
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -19,11 +21,9 @@ use serde_json::{json, Value};
 use super::error::RpcError;
 use super::frame::{self, Incoming, RequestId};
 use super::params;
+use super::version::{self, Wire};
 use crate::host::channel::{self, ChannelKind};
 use crate::host::{ConnId, Host, Outbox};
-
-/// Protocol baselines ahpty speaks, as advertised in `-32005`'s `data.supportedVersions`.
-pub const SUPPORTED_VERSION_RANGES: &[&str] = &["^1.0.0", ">=0.9.0 <0.10.0"];
 
 /// What the connection should do after a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,6 +40,8 @@ pub struct RpcConnection {
     conn: ConnId,
     outbox: Outbox,
     initialized: bool,
+    /// The negotiated protocol version's wire shapes.
+    wire: Wire,
 }
 
 /// `dispatchAction` params, read raw so malformed actions can be rejected with a reason.
@@ -60,6 +62,7 @@ impl RpcConnection {
             conn,
             outbox,
             initialized: false,
+            wire: Wire::Current,
         }
     }
 
@@ -135,8 +138,8 @@ impl RpcConnection {
         if !self.initialized {
             self.reply(
                 &id,
-                Err(RpcError::invalid_request(format!(
-                    "{method} is not allowed before initialize"
+                Err(RpcError::method_unavailable(format!(
+                    "{method} is not available before initialize (or reconnect)"
                 ))),
             );
             return Flow::Continue;
@@ -166,8 +169,8 @@ impl RpcConnection {
             }
             "reconnect" => self.reply(
                 &id,
-                Err(RpcError::invalid_request(
-                    "reconnect must be the first message on a connection",
+                Err(RpcError::method_unavailable(
+                    "reconnect must be the first message on a connection; open a new one",
                 )),
             ),
             other => {
@@ -182,7 +185,9 @@ impl RpcConnection {
         if self.initialized {
             self.reply(
                 &id,
-                Err(RpcError::invalid_request("initialize was already called")),
+                Err(RpcError::method_unavailable(
+                    "initialize was already called on this connection; open a new one",
+                )),
             );
             return Flow::Continue;
         }
@@ -193,12 +198,14 @@ impl RpcConnection {
                 return Flow::Continue;
             }
         };
-        let version = match ahp_types::negotiate_protocol_version(&p.protocol_versions) {
-            Ok(Some(v)) => v.to_string(),
+        let (version, wire) = match version::negotiate(&p.protocol_versions) {
+            Ok(Some(v)) => v,
             Ok(None) => {
                 self.reply(
                     &id,
-                    Err(RpcError::unsupported_version(SUPPORTED_VERSION_RANGES)),
+                    Err(RpcError::unsupported_version(
+                        version::SUPPORTED_VERSION_RANGES,
+                    )),
                 );
                 return Flow::Close;
             }
@@ -211,6 +218,8 @@ impl RpcConnection {
             }
         };
         self.initialized = true;
+        self.wire = wire;
+        self.host.set_wire(self.conn, &p.client_id, wire);
         tracing::info!(
             conn = self.conn,
             client_id = %p.client_id,
@@ -241,14 +250,15 @@ impl RpcConnection {
                     telemetry: None,
                     automations: None,
                 };
-                frame::success(&id, result)
+                version::initialize_response(&id, &result, wire)
             },
         );
         Flow::Continue
     }
 
     /// `reconnect {clientId, lastSeenServerSeq, subscriptions}`; a missing `channel` is
-    /// tolerated (some VS Code builds omit it). The connection counts as initialized after it.
+    /// tolerated (VS Code omits it). The connection counts as initialized after it, unless it
+    /// was refused (-32008 for a client this process does not know: `initialize` may follow).
     fn reconnect(&mut self, id: RequestId, mut params: Value) {
         if let Value::Object(m) = &mut params {
             m.entry("channel")
@@ -258,14 +268,20 @@ impl RpcConnection {
             Ok(p) => p,
             Err(e) => return self.reply(&id, Err(e)),
         };
-        self.initialized = true;
-        self.host.reconnect(
+        let resumed = self.host.reconnect(
             self.conn,
             p.client_id,
             p.last_seen_server_seq,
             &p.subscriptions,
-            |result| frame::success(&id, result),
+            |result| match result {
+                Ok((result, wire)) => version::reconnect_response(&id, &result, wire),
+                Err(e) => frame::error(&id, &e),
+            },
         );
+        if let Some(wire) = resumed {
+            self.initialized = true;
+            self.wire = wire;
+        }
     }
 
     fn subscribe(&mut self, id: RequestId, params: Value) {
@@ -273,19 +289,23 @@ impl RpcConnection {
             Ok(p) => p,
             Err(e) => return self.reply(&id, Err(e)),
         };
+        if channel::is_otlp(&p.channel) {
+            // A stateless telemetry channel (no snapshot); ahpty exports no telemetry, so
+            // nothing is installed and nothing will arrive (the reference host answers so too).
+            return self.reply(&id, Ok(json!({})));
+        }
+        let wire = self.wire;
         self.host
             .subscribe(self.conn, &p.channel, |result| match result {
-                Ok(snapshot) => frame::success(
-                    &id,
-                    SubscribeResult {
-                        snapshot: Some(snapshot),
-                    },
-                ),
+                Ok(snapshot) => version::subscribe_response(&id, snapshot, wire),
                 Err(e) => frame::error(&id, &e),
             });
     }
 
-    async fn create_terminal(&mut self, id: RequestId, params: Value) {
+    async fn create_terminal(&mut self, id: RequestId, mut params: Value) {
+        if !self.wire.is_current() {
+            version::upgrade_create_terminal(&mut params);
+        }
         let p: CreateTerminalParams = match params::decode(&params) {
             Ok(p) => p,
             Err(e) => return self.reply(&id, Err(e)),
@@ -330,17 +350,15 @@ fn no_agents_answer(method: &str, params: &Value) -> Result<Value, RpcError> {
     let channel = params.get("channel").and_then(Value::as_str).unwrap_or("");
     let addressed_to_session = channel::classify(channel) == ChannelKind::Session;
     match method {
+        // Whatever the URI's scheme (VS Code's sessions are `<provider>:/<id>`): no session
+        // exists here, as the reference host answers for a session it has no state of.
+        "createChat" | "fetchTurns" => Err(RpcError::session_not_found(channel)),
         "listSessions" => Ok(json!({ "items": [] })),
         "createSession" | "resolveSessionConfig" | "sessionConfigCompletions" => {
             Err(RpcError::provider_not_found())
         }
         "disposeSession" => Err(RpcError::session_not_found(channel)),
-        "createChat"
-        | "disposeChat"
-        | "moveChat"
-        | "fetchTurns"
-        | "completions"
-        | "invokeChangesetOperation"
+        "disposeChat" | "moveChat" | "completions" | "invokeChangesetOperation"
             if addressed_to_session =>
         {
             Err(RpcError::session_not_found(channel))

@@ -27,13 +27,19 @@ impl RpcError {
     pub fn parse_error(message: impl Into<String>) -> Self {
         Self::new(rpc::PARSE_ERROR, message)
     }
-    /// -32600: not a JSON-RPC 2.0 request object, or not allowed in this connection state.
+    /// -32600: not a JSON-RPC 2.0 request object.
     pub fn invalid_request(message: impl Into<String>) -> Self {
         Self::new(rpc::INVALID_REQUEST, message)
     }
     /// -32601: the method is not served by ahpty.
     pub fn method_not_found(method: &str) -> Self {
         Self::new(rpc::METHOD_NOT_FOUND, format!("method not found: {method}"))
+    }
+    /// -32601 with an explanation: the method exists but not in this connection state (a
+    /// request before the handshake, a second `initialize` or `reconnect`), answered as the
+    /// reference host does.
+    pub fn method_unavailable(message: impl Into<String>) -> Self {
+        Self::new(rpc::METHOD_NOT_FOUND, message)
     }
     /// -32602: bad or missing params; the message names the field.
     pub fn invalid_params(message: impl Into<String>) -> Self {

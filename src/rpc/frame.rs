@@ -201,10 +201,15 @@ pub fn error(id: &RawValue, err: &RpcError) -> String {
 
 /// The server → client `action` notification whose params are the envelope.
 pub fn action(envelope: &ActionEnvelope) -> String {
+    notification("action", envelope)
+}
+
+/// `{"jsonrpc":"2.0","method":<method>,"params":<params>}`.
+pub fn notification(method: &str, params: impl Serialize) -> String {
     let msg = Notification {
         jsonrpc: JsonRpcVersion::V2,
-        method: "action",
-        params: envelope,
+        method,
+        params,
     };
     serde_json::to_string(&msg).unwrap_or_default()
 }

@@ -77,6 +77,11 @@ impl Daemon {
 
     /// Like [`Daemon::start`] with extra arguments.
     pub fn start_with(extra: &[&str]) -> Daemon {
+        Self::start_with_env(extra, &[])
+    }
+
+    /// Like [`Daemon::start_with`], with extra variables in the daemon's environment.
+    pub fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> Daemon {
         let home = tempfile::tempdir().expect("tempdir");
         let mut args = vec![
             "--listen",
@@ -86,7 +91,9 @@ impl Daemon {
             "--no-auth",
         ];
         args.extend_from_slice(extra);
-        Self::spawn(daemon_command(home.path(), &args), home)
+        let mut cmd = daemon_command(home.path(), &args);
+        cmd.envs(env.iter().copied());
+        Self::spawn(cmd, home)
     }
 
     /// Spawns `cmd` (an `ahpty serve` with stderr piped and `RUST_LOG=info`) and waits for
