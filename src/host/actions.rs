@@ -8,15 +8,36 @@ use serde_json::Value;
 
 use super::channel::{self, ChannelKind};
 use super::{outbox, validate, ConnId, Host, Inner};
-use crate::rpc::frame;
+use crate::rpc::{error, frame};
 use crate::terminal;
 
+/// Inputs of at least this many bytes are encoded before the host lock is taken.
+const PRE_ENCODE_BYTES: usize = 16 * 1024;
+
 impl Host {
-    /// `dispatchAction` (notes §7.2): validates a client action; accepted ones are reduced,
+    /// `dispatchAction`: validates a client action; accepted ones are reduced,
     /// echoed with `origin` to every subscriber and then take effect (pty write, resize);
     /// rejected ones go back, with a `rejectionReason`, to the dispatching connection only
-    /// (D3). Actions for channels that do not exist are ignored.
+    /// (D3; the action is echoed as [`validate::rejection_echo`] keeps it). Actions for
+    /// channels that do not exist are ignored. Validation runs before the host lock is taken.
     pub fn dispatch(&self, conn: ConnId, channel: &str, client_seq: i64, action: Value) {
+        let kind = channel::classify(channel);
+        let verdict = match kind {
+            ChannelKind::Root => Err(validate::root_action_rejection(&action)),
+            ChannelKind::Terminal => validate::terminal_action(&action),
+            _ => {
+                tracing::debug!("action for an unknown channel ignored");
+                return;
+            }
+        };
+        let action = validate::rejection_echo(action);
+        // A large input is encoded here, not under the lock (its echo goes to every subscriber).
+        let encoded = match &verdict {
+            Ok(a @ StateAction::TerminalInput(i)) if i.data.len() >= PRE_ENCODE_BYTES => {
+                serde_json::to_string(a).ok()
+            }
+            _ => None,
+        };
         let mut inner = self.lock();
         let Some(client_id) = inner
             .connections
@@ -29,15 +50,14 @@ impl Host {
             client_id,
             client_seq,
         };
-        match channel::classify(channel) {
-            ChannelKind::Root => {
-                let reason = validate::root_action_rejection(&action);
-                inner.reject(conn, channel, action, origin, reason);
-            }
-            ChannelKind::Terminal if inner.terminals.contains_key(channel) => {
-                match validate::terminal_action(&action) {
+        match (kind, verdict) {
+            (ChannelKind::Root, Err(reason)) => inner.reject(conn, channel, action, origin, reason),
+            (ChannelKind::Terminal, verdict) if inner.terminals.contains_key(channel) => {
+                match verdict {
                     Err(reason) => inner.reject(conn, channel, action, origin, reason),
-                    Ok(typed) => inner.apply_client_action(conn, channel, typed, action, origin),
+                    Ok(typed) => {
+                        inner.apply_client_action(conn, channel, typed, action, origin, encoded)
+                    }
                 }
             }
             _ => tracing::debug!(%channel, "action for an unknown channel ignored"),
@@ -46,7 +66,8 @@ impl Host {
 }
 
 impl Inner {
-    /// Applies a validated client action (`raw` is its JSON as received, for a rejection).
+    /// Applies a validated client action (`raw` is what a rejection echoes of it; `encoded`
+    /// its JSON if already encoded).
     pub(super) fn apply_client_action(
         &mut self,
         conn: ConnId,
@@ -54,6 +75,7 @@ impl Inner {
         action: StateAction,
         raw: Value,
         origin: ActionOrigin,
+        encoded: Option<String>,
     ) {
         let Some(t) = self.terminals.get_mut(uri) else {
             return;
@@ -89,7 +111,7 @@ impl Inner {
                 }
                 let process = t.process.clone();
                 let bytes = input.data.clone().into_bytes();
-                self.emit_terminal(uri, action, Some(origin));
+                self.emit_terminal_encoded(uri, action, Some(origin), encoded);
                 // Checked above; only the pty vanishing can fail here, and then the exit
                 // follows on its own.
                 let _ = process.write(bytes);
@@ -132,7 +154,9 @@ impl Inner {
         }
     }
 
-    /// Sends a rejected action back to its dispatcher only (decision D3).
+    /// Sends a rejected action back to its dispatcher only (decision D3). `raw` is what
+    /// [`validate::rejection_echo`] kept of the action; the reason is clipped to
+    /// [`error::MAX_MESSAGE_BYTES`].
     pub(super) fn reject(
         &mut self,
         conn: ConnId,
@@ -141,6 +165,7 @@ impl Inner {
         origin: ActionOrigin,
         reason: String,
     ) {
+        let reason = error::clip(reason, error::MAX_MESSAGE_BYTES);
         let seq = self.next_seq();
         tracing::debug!(%channel, %reason, "action rejected");
         let envelope = ActionEnvelope {

@@ -16,11 +16,30 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
-use super::error::RpcError;
+use super::error::{self, RpcError};
 use super::frame::{self, Incoming, RequestId};
 use super::params;
 use crate::host::channel::{self, ChannelKind};
+use crate::host::validate;
 use crate::host::{ConnId, Host, Outbox};
+
+/// Frames at least this large (bytes) are parsed and handled off the async worker threads
+/// (see [`offload`]).
+pub const BIG_FRAME_BYTES: usize = 64 * 1024;
+
+/// Runs `f`, which may be CPU-heavy (parsing a large frame, encoding a large answer), with
+/// [`tokio::task::block_in_place`] when `heavy` and on a multi-threaded runtime, so the other
+/// tasks of the worker thread move to another thread instead of waiting for it.
+pub fn offload<R>(heavy: bool, f: impl FnOnce() -> R) -> R {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    let multi =
+        Handle::try_current().is_ok_and(|h| h.runtime_flavor() == RuntimeFlavor::MultiThread);
+    if heavy && multi {
+        tokio::task::block_in_place(f)
+    } else {
+        f()
+    }
+}
 
 /// Protocol baselines ahpty speaks, as advertised in `-32005`'s `data.supportedVersions`.
 pub const SUPPORTED_VERSION_RANGES: &[&str] = &["^1.0.0", ">=0.9.0 <0.10.0"];
@@ -68,19 +87,24 @@ impl RpcConnection {
         self.conn
     }
 
-    /// Handles one frame's text.
+    /// Handles one frame's text. A frame of [`BIG_FRAME_BYTES`] or more is parsed and handled
+    /// off the async worker threads, as are the requests whose answers can be large
+    /// (`initialize`, `reconnect`, `subscribe`).
     pub async fn handle_text(&mut self, text: &str) -> Flow {
-        match frame::parse(text) {
+        let big = text.len() >= BIG_FRAME_BYTES;
+        match offload(big, || frame::parse(text)) {
             Incoming::Invalid { id, error } => {
                 self.outbox.send(frame::error(&id, &error));
                 Flow::Continue
             }
             Incoming::Response => Flow::Continue,
             Incoming::Notification { method, params } => {
-                self.notification(&method, params);
+                offload(big, || self.notification(&method, params));
                 Flow::Continue
             }
-            Incoming::Request { id, method, params } => self.request(id, &method, params).await,
+            Incoming::Request { id, method, params } => {
+                self.request(id, &method, params, big).await
+            }
         }
     }
 
@@ -119,15 +143,15 @@ impl RpcConnection {
         Ok(())
     }
 
-    async fn request(&mut self, id: RequestId, method: &str, params: Value) -> Flow {
+    async fn request(&mut self, id: RequestId, method: &str, params: Value, big: bool) -> Flow {
         match method {
             "ping" => {
                 self.reply(&id, Ok(Value::Null));
                 return Flow::Continue;
             }
-            "initialize" => return self.initialize(id, params),
+            "initialize" => return offload(true, || self.initialize(id, params)),
             "reconnect" if !self.initialized => {
-                self.reconnect(id, params);
+                offload(true, || self.reconnect(id, params));
                 return Flow::Continue;
             }
             _ => {}
@@ -142,11 +166,11 @@ impl RpcConnection {
             return Flow::Continue;
         }
         match method {
-            "subscribe" => self.subscribe(id, params),
-            "createTerminal" => self.create_terminal(id, params).await,
+            "subscribe" => offload(true, || self.subscribe(id, params)),
+            "createTerminal" => self.create_terminal(id, params, big).await,
             "disposeTerminal" => self.dispose_terminal(id, params),
             "dispatchAction" => {
-                let r = self.dispatch_action(params).map(|_| Value::Null);
+                let r = offload(big, || self.dispatch_action(params).map(|_| Value::Null));
                 self.reply(&id, r);
             }
             "unsubscribe" => {
@@ -202,16 +226,35 @@ impl RpcConnection {
                 return Flow::Continue;
             }
         };
+        let subscriptions = p.initial_subscriptions.unwrap_or_default();
+        let subscriptions = match check_client(&p.client_id).and_then(|()| {
+            validate::channel_list(
+                "initialSubscriptions",
+                &subscriptions,
+                self.host.max_channel_list(),
+            )
+            .map_err(RpcError::invalid_params)
+        }) {
+            Ok(list) => list,
+            Err(e) => {
+                self.reply(&id, Err(e));
+                return Flow::Continue;
+            }
+        };
         self.initialized = true;
+        let client = p
+            .client_info
+            .as_ref()
+            .map(|c| c.name.as_str())
+            .unwrap_or("?");
         tracing::info!(
             conn = self.conn,
             client_id = %p.client_id,
-            client = p.client_info.as_ref().map(|c| c.name.as_str()).unwrap_or("?"),
+            client = %error::clip(client.to_string(), 64),
             %version,
             "client initialized"
         );
         let default_directory = self.host.default_directory();
-        let subscriptions = p.initial_subscriptions.unwrap_or_default();
         self.host.initialize(
             self.conn,
             p.client_id,
@@ -241,6 +284,9 @@ impl RpcConnection {
 
     /// `reconnect {clientId, lastSeenServerSeq, subscriptions}`; a missing `channel` is
     /// tolerated (some VS Code builds omit it). The connection counts as initialized after it.
+    /// A `clientId` over [`validate::MAX_ID_BYTES`], or `subscriptions` over
+    /// [`Host::max_channel_list`] entries or with an entry over [`validate::MAX_URI_BYTES`] →
+    /// -32602 (and the connection stays uninitialized).
     fn reconnect(&mut self, id: RequestId, mut params: Value) {
         if let Value::Object(m) = &mut params {
             m.entry("channel")
@@ -250,12 +296,24 @@ impl RpcConnection {
             Ok(p) => p,
             Err(e) => return self.reply(&id, Err(e)),
         };
+        let checked = check_client(&p.client_id).and_then(|()| {
+            validate::channel_list(
+                "subscriptions",
+                &p.subscriptions,
+                self.host.max_channel_list(),
+            )
+            .map_err(RpcError::invalid_params)
+        });
+        let subscriptions = match checked {
+            Ok(list) => list,
+            Err(e) => return self.reply(&id, Err(e)),
+        };
         self.initialized = true;
         self.host.reconnect(
             self.conn,
             p.client_id,
             p.last_seen_server_seq,
-            &p.subscriptions,
+            &subscriptions,
             |result| frame::success(&id, result),
         );
     }
@@ -277,8 +335,8 @@ impl RpcConnection {
             });
     }
 
-    async fn create_terminal(&mut self, id: RequestId, params: Value) {
-        let p: CreateTerminalParams = match params::decode(&params) {
+    async fn create_terminal(&mut self, id: RequestId, params: Value, big: bool) {
+        let p: CreateTerminalParams = match offload(big, || params::decode(&params)) {
             Ok(p) => p,
             Err(e) => return self.reply(&id, Err(e)),
         };
@@ -315,6 +373,12 @@ impl Drop for RpcConnection {
     fn drop(&mut self) {
         self.host.disconnect(self.conn);
     }
+}
+
+/// A `clientId` (initialize, reconnect): at most [`validate::MAX_ID_BYTES`] → else -32602.
+fn check_client(client_id: &str) -> Result<(), RpcError> {
+    validate::check_len("clientId", client_id, validate::MAX_ID_BYTES)
+        .map_err(RpcError::invalid_params)
 }
 
 /// What a host with no agents answers (notes §11).

@@ -362,7 +362,8 @@ where
 /// held back: `ping` always (it has no ordering), `dispatchAction` and `unsubscribe` when no
 /// earlier request is held back (so they keep their order relative to other requests).
 fn jumps_the_queue(text: &str, nothing_deferred: bool) -> bool {
-    match frame::parse(text) {
+    let big = text.len() >= crate::rpc::dispatch::BIG_FRAME_BYTES;
+    match crate::rpc::dispatch::offload(big, || frame::parse(text)) {
         Incoming::Request { method, .. } => method == "ping",
         Incoming::Notification { method, .. } => {
             nothing_deferred && (method == "dispatchAction" || method == "unsubscribe")

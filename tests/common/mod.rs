@@ -67,9 +67,14 @@ impl Daemon {
             "--no-auth",
         ];
         args.extend_from_slice(extra);
-        let mut child = daemon_command(home.path(), &args)
-            .spawn()
-            .expect("spawn ahpty");
+        let cmd = daemon_command(home.path(), &args);
+        Self::start_command(home, cmd)
+    }
+
+    /// Starts `cmd` (built with [`daemon_command`] on `home`, possibly wrapped, e.g. in
+    /// `sh -c 'ulimit …; exec …'`) and waits for its `listening on ws://` line.
+    pub fn start_command(home: tempfile::TempDir, mut cmd: Command) -> Daemon {
+        let mut child = cmd.spawn().expect("spawn ahpty");
         let stderr = child.stderr.take().expect("stderr");
         let lines = Arc::new(Mutex::new(Vec::new()));
         let (tx, rx) = std_mpsc::channel::<String>();

@@ -1,0 +1,357 @@
+//! One hostile or broken peer cannot freeze, lock out or bloat the daemon. Each attack runs
+//! against a real daemon on 127.0.0.1 while a *bystander* on another connection keeps
+//! measuring what a user would feel: the round trip of a `ping` and of a keystroke echo
+//! (`terminal/input` → pty → `terminal/data`) in a terminal running `cat`. Both must stay under
+//! 100 ms for the whole attack. The attacks are bounded in count and time.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::Message;
+
+/// The latency a bystander may see while an attack runs.
+const BOUND: Duration = Duration::from_millis(100);
+
+/// The attacks measure latency: run them one at a time so that one test's attack is not
+/// another test's background load.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+// ─── The bystander ──────────────────────────────────────────────────────────────────────
+
+/// Round trips measured by a bystander, in arrival order.
+#[derive(Default)]
+struct Samples {
+    ping: Vec<Duration>,
+    echo: Vec<Duration>,
+    /// When each of the slowest round trips started (ping or echo), for failure reports.
+    slow: Vec<(Instant, &'static str, Duration)>,
+}
+
+fn stats(v: &[Duration]) -> String {
+    let mut s = v.to_vec();
+    s.sort();
+    let at = |q: f64| s[((s.len() - 1) as f64 * q) as usize];
+    format!(
+        "n={} p50={:?} p90={:?} max={:?}",
+        s.len(),
+        at(0.5),
+        at(0.9),
+        at(1.0)
+    )
+}
+
+impl Samples {
+    fn report(&self, what: &str) {
+        eprintln!(
+            "{what}: ping {}; echo {}",
+            stats(&self.ping),
+            stats(&self.echo)
+        );
+    }
+
+    /// The round trips over 20 ms, with their start relative to `t0`.
+    fn slow_since(&self, t0: Instant) -> String {
+        self.slow
+            .iter()
+            .map(|(at, what, d)| format!("{what} at {:?}: {d:?}", at.saturating_duration_since(t0)))
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
+    /// Both maxima under [`BOUND`], with at least `min` samples of each.
+    fn assert_fast(&self, what: &str, min: usize) {
+        self.report(what);
+        assert!(
+            self.ping.len() >= min && self.echo.len() >= min,
+            "{what}: too few samples (ping {}, echo {})",
+            self.ping.len(),
+            self.echo.len()
+        );
+        let ping = self.ping.iter().max().copied().unwrap_or_default();
+        let echo = self.echo.iter().max().copied().unwrap_or_default();
+        assert!(
+            ping < BOUND && echo < BOUND,
+            "{what}: the bystander waited up to {ping:?} for a ping and {echo:?} for an echo \
+             (bound {BOUND:?}); ping {}; echo {}",
+            stats(&self.ping),
+            stats(&self.echo)
+        );
+    }
+}
+
+/// A client on its own thread and runtime (so the attacker's work in this process cannot
+/// delay it) that pings and types into its own terminal until stopped.
+struct Bystander {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<Samples>,
+}
+
+impl Bystander {
+    /// Connects to `url`, starts `cat` in a terminal and returns once it echoes; then measures
+    /// in the background.
+    fn start(url: &str) -> Bystander {
+        let url = url.to_string();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let (mut raw, _) = Raw::connect_init(&url, "bystander", &[]).await;
+                let t = term_uri("bystander");
+                let r = raw
+                    .request(
+                        "createTerminal",
+                        json!({"channel": t, "claim": {"kind": "client", "clientId": "bystander"}}),
+                    )
+                    .await;
+                assert!(r.get("error").is_none(), "{r}");
+                raw.request("subscribe", json!({"channel": t})).await;
+                raw.ready(&t).await;
+                raw.type_text(&t, "exec cat\r").await;
+                raw.type_text(&t, "warm-up.\r").await;
+                raw.wait_data(&t, "warm-up.", SHELL_TIMEOUT).await;
+                let _ = ready_tx.send(());
+                let mut samples = Samples::default();
+                let mut n = 0u64;
+                let mut tick = tokio::time::interval(Duration::from_millis(5));
+                while !flag.load(Ordering::Acquire) {
+                    tick.tick().await;
+                    let t0 = Instant::now();
+                    let r = raw.request("ping", json!({})).await;
+                    assert!(r.get("error").is_none(), "{r}");
+                    samples.ping.push(t0.elapsed());
+                    if t0.elapsed() > Duration::from_millis(20) {
+                        samples.slow.push((t0, "ping", t0.elapsed()));
+                    }
+                    n += 1;
+                    let marker = format!("k{n}.");
+                    let t0 = Instant::now();
+                    raw.type_text(&t, &format!("{marker}\r")).await;
+                    raw.wait_data(&t, &marker, Duration::from_secs(120)).await;
+                    samples.echo.push(t0.elapsed());
+                    if t0.elapsed() > Duration::from_millis(20) {
+                        samples.slow.push((t0, "echo", t0.elapsed()));
+                    }
+                    // Keep the record small: only what is needed to find the next marker.
+                    raw.received.clear();
+                    raw.skip_seen();
+                }
+                samples
+            })
+        });
+        ready_rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the bystander did not get ready");
+        Bystander { stop, thread }
+    }
+
+    fn finish(self) -> Samples {
+        self.stop.store(true, Ordering::Release);
+        self.thread.join().expect("the bystander failed")
+    }
+}
+
+async fn ws_connect(url: &str) -> Ws {
+    tokio::time::timeout(RPC_TIMEOUT, tokio_tungstenite::connect_async(url))
+        .await
+        .expect("connect timed out")
+        .expect("connect")
+        .0
+}
+
+/// A request frame's text.
+fn request_text(id: u64, method: &str, params: Value) -> String {
+    json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string()
+}
+
+/// Sends a prepared request and waits for its answer without decoding large frames; returns
+/// the answer's text (the attacker reads its answers, but should not spend this process's CPU
+/// on them while the bystander measures).
+async fn call_raw(ws: &mut Ws, id: u64, text: &str) -> String {
+    ws.send(Message::Text(text.into())).await.unwrap();
+    let prefix = format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let m = tokio::time::timeout_at(deadline, ws.next())
+            .await
+            .unwrap_or_else(|_| panic!("no answer to request {id}"))
+            .expect("connection closed")
+            .expect("connection failed");
+        if let Message::Text(t) = m {
+            if t.as_str().starts_with(&prefix) {
+                return t.as_str().to_string();
+            }
+        }
+    }
+}
+
+fn long_uri(tag: &str, k: usize) -> String {
+    let head = format!("ahp-terminal:/{tag}-{k}-");
+    let pad = 2048 - head.len();
+    format!("{head}{}", "u".repeat(pad))
+}
+
+// ─── 1. Requests whose cost could grow faster than their size ───────────────────────────
+
+/// `reconnect` and `initialize` with huge or maximal channel lists, snapshots of a full
+/// scrollback, a maximal `missing` list, and title changes that rebuild a catalogue of long
+/// URIs and titles: every request costs time linear in its size, answers are encoded outside
+/// the host lock, and the bystander never waits more than 100 ms.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn huge_requests_do_not_freeze_the_daemon() {
+    let _serial = SERIAL.lock().await;
+    let d = Daemon::start();
+    let url = d.url();
+
+    // The attacker's set-up: a terminal with a full scrollback (1 MB) and eight terminals
+    // with the longest URIs and titles accepted.
+    let (mut a, init) = Raw::connect_init(&url, "attacker", &[]).await;
+    let big = term_uri("big");
+    a.request(
+        "createTerminal",
+        json!({"channel": big, "claim": {"kind": "client", "clientId": "attacker"}}),
+    )
+    .await;
+    a.request("subscribe", json!({"channel": big})).await;
+    a.ready(&big).await;
+    a.type_text(
+        &big,
+        "head -c 1000000 /dev/zero | tr '\\0' x; echo; echo fill-$((6*7))\r",
+    )
+    .await;
+    a.wait_data(&big, "fill-42", SHELL_TIMEOUT).await;
+    a.request("unsubscribe", json!({"channel": big})).await;
+    let long_title = "\u{1F600}".repeat(4096);
+    let mut named = Vec::new();
+    for k in 0..8 {
+        let uri = long_uri("named", k);
+        let r = a
+            .request(
+                "createTerminal",
+                json!({"channel": uri, "name": long_title,
+                       "claim": {"kind": "client", "clientId": "attacker"}}),
+            )
+            .await;
+        assert!(r.get("result").is_some(), "{}", clip(r.to_string(), 300));
+        named.push(uri);
+    }
+    a.received.clear();
+    a.skip_seen();
+    let known_seq = init["serverSeq"].as_i64().unwrap();
+
+    // Every request prepared beforehand: encoding megabytes of JSON in this (debug) process
+    // would compete with the bystander for the two CPUs.
+    let unknown: Vec<String> = (0..2046).map(|k| long_uri("gone", k)).collect();
+    let mut listed = vec![ROOT.to_string(), big.clone()];
+    listed.extend(unknown.iter().cloned());
+    let huge: Vec<String> = (0..80_000)
+        .map(|k| format!("ahp-terminal:/x-{k}"))
+        .collect();
+    let rounds: Vec<[String; 4]> = (0..2)
+        .map(|round| {
+            [
+                request_text(
+                    1,
+                    "reconnect",
+                    json!({"channel": ROOT,
+                    "clientId": format!("huge-{round}"), "lastSeenServerSeq": 0,
+                    "subscriptions": huge}),
+                ),
+                request_text(
+                    2,
+                    "initialize",
+                    json!({"channel": ROOT,
+                    "protocolVersions": ["1.0.0"], "clientId": format!("init-{round}"),
+                    "initialSubscriptions": listed}),
+                ),
+                request_text(
+                    3,
+                    "reconnect",
+                    json!({"channel": ROOT,
+                    "clientId": format!("fresh-{round}"), "lastSeenServerSeq": 0,
+                    "subscriptions": listed}),
+                ),
+                request_text(
+                    4,
+                    "reconnect",
+                    json!({"channel": ROOT, "clientId": "attacker",
+                    "lastSeenServerSeq": known_seq, "subscriptions": unknown}),
+                ),
+            ]
+        })
+        .collect();
+    let subscribe = request_text(10, "subscribe", json!({"channel": big}));
+    let renames: Vec<String> = (0..200)
+        .map(|k| {
+            let title: String = format!("{k}")
+                .chars()
+                .chain(long_title.chars())
+                .take(4096)
+                .collect();
+            json!({"jsonrpc": "2.0", "method": "dispatchAction", "params": {
+                "channel": named[k % named.len()], "clientSeq": k,
+                "action": {"type": "terminal/titleChanged", "title": title}}})
+            .to_string()
+        })
+        .collect();
+
+    let by = Bystander::start(&url);
+    let started = Instant::now();
+    let mut log: Vec<(&str, Duration, usize)> = Vec::new();
+    for [huge, init, fresh, known] in &rounds {
+        // Far beyond the bound: refused at once.
+        let mut ws = ws_connect(&url).await;
+        let t0 = Instant::now();
+        let r = call_raw(&mut ws, 1, huge).await;
+        assert!(r.contains("-32602"), "{}", clip(r, 300));
+        log.push(("reconnect with 80 000 entries", t0.elapsed(), r.len()));
+        // The most `initialize` accepts: the root, the full terminal, 2 046 unknown URIs.
+        let mut ws = ws_connect(&url).await;
+        let t0 = Instant::now();
+        let r = call_raw(&mut ws, 2, init).await;
+        log.push(("initialize with 2 048 entries", t0.elapsed(), r.len()));
+        // The same as an unknown client's reconnect (snapshots) …
+        let mut ws = ws_connect(&url).await;
+        let t0 = Instant::now();
+        let r = call_raw(&mut ws, 3, fresh).await;
+        assert!(r.contains("\"snapshot\""), "{}", clip(r, 300));
+        log.push(("reconnect → snapshots", t0.elapsed(), r.len()));
+        // … and as a known client's (a replay whose `missing` lists 2 046 long URIs).
+        let mut ws = ws_connect(&url).await;
+        let t0 = Instant::now();
+        let r = call_raw(&mut ws, 4, known).await;
+        assert!(r.contains("\"replay\""), "{}", clip(r, 300));
+        log.push(("reconnect → replay", t0.elapsed(), r.len()));
+        // Snapshots of the full terminal, one after another.
+        let t0 = Instant::now();
+        for _ in 0..3 {
+            call_raw(&mut ws, 10, &subscribe).await;
+        }
+        log.push(("3 subscribes", t0.elapsed(), 0));
+    }
+    // Renames that rebuild the root catalogue (8 terminals with 2 KiB URIs, 16 KiB titles).
+    let (mut r, _) = Raw::connect_init(&url, "renamer", &[]).await;
+    let t0 = Instant::now();
+    for text in &renames {
+        r.send_text(text).await;
+    }
+    r.request("ping", json!({})).await;
+    log.push(("200 renames", t0.elapsed(), 0));
+    let samples = by.finish();
+    eprintln!("attack took {:?}:", started.elapsed());
+    for (what, took, bytes) in &log {
+        eprintln!("  {what}: {took:?}, answer {bytes} bytes");
+    }
+    eprintln!("slow: {}", samples.slow_since(started));
+    samples.assert_fast("huge requests", 5);
+}
