@@ -355,3 +355,197 @@ async fn huge_requests_do_not_freeze_the_daemon() {
     eprintln!("slow: {}", samples.slow_since(started));
     samples.assert_fast("huge requests", 5);
 }
+
+// ─── 2. Sockets that never authenticate ─────────────────────────────────────────────────
+
+/// `ahpty serve` with a token file (TCP peers must present the token) on 127.0.0.1.
+fn daemon_with_token(token: &str) -> Daemon {
+    let home = tempfile::tempdir().unwrap();
+    let file = home.path().join("token");
+    std::fs::write(&file, token).unwrap();
+    let file = file.to_str().unwrap().to_string();
+    let cmd = daemon_command(
+        home.path(),
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--shell",
+            "/bin/bash",
+            "--token-file",
+            &file,
+        ],
+    );
+    Daemon::start_command(home, cmd)
+}
+
+/// Holds `n` idle TCP connections to `addr` (sending nothing), opening a new one whenever
+/// the daemon closes one, until told to stop or after `max_opens` per socket. Returns how
+/// many are open now, how many were ever opened, and the tasks (each returns its opens).
+#[allow(clippy::type_complexity)]
+fn idle_flood(
+    addr: &str,
+    n: usize,
+    max_opens: usize,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> (
+    Arc<std::sync::atomic::AtomicUsize>,
+    Arc<std::sync::atomic::AtomicUsize>,
+    tokio::task::JoinSet<usize>,
+) {
+    use std::sync::atomic::AtomicUsize;
+    let open = Arc::new(AtomicUsize::new(0));
+    let total = Arc::new(AtomicUsize::new(0));
+    let mut set = tokio::task::JoinSet::new();
+    for _ in 0..n {
+        let addr = addr.to_string();
+        let open = open.clone();
+        let total = total.clone();
+        let mut stop = stop.clone();
+        set.spawn(async move {
+            let mut opened = 0;
+            while opened < max_opens && !*stop.borrow() {
+                let Ok(mut s) = tokio::net::TcpStream::connect(&addr).await else {
+                    break;
+                };
+                opened += 1;
+                total.fetch_add(1, Ordering::AcqRel);
+                open.fetch_add(1, Ordering::AcqRel);
+                let mut buf = [0u8; 256];
+                tokio::select! {
+                    _ = tokio::io::AsyncReadExt::read(&mut s, &mut buf) => {}
+                    _ = stop.changed() => {}
+                }
+                open.fetch_sub(1, Ordering::AcqRel);
+            }
+            opened
+        });
+    }
+    (open, total, set)
+}
+
+/// While 500 idle sockets are held open (re-opened as the daemon closes them), legitimate
+/// clients still connect (upgrade and `initialize`) within a second each, with and without
+/// token authentication, and a connected bystander is not slowed down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn idle_sockets_do_not_lock_clients_out() {
+    let _serial = SERIAL.lock().await;
+    let token = "hostile-peers-token-0123456789";
+    for with_token in [false, true] {
+        let d = if with_token {
+            daemon_with_token(token)
+        } else {
+            Daemon::start()
+        };
+        let url = if with_token {
+            format!("{}/?tkn={token}", d.url())
+        } else {
+            d.url()
+        };
+        let by = Bystander::start(&url);
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let (open, opened, mut flood) = idle_flood(d.addr(), 500, 400, stop_rx);
+        // Wait until each of the 500 sockets has been opened (from then on they are re-opened
+        // as fast as the daemon closes them).
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while opened.load(Ordering::Acquire) < 500 {
+            assert!(
+                Instant::now() < deadline,
+                "the flood did not open 500 sockets"
+            );
+            tokio::task::yield_now().await;
+        }
+        let mut took = Vec::new();
+        for k in 0..5 {
+            let t0 = Instant::now();
+            let id = format!("legit-{k}");
+            let connect = Raw::connect_init(&url, &id, &[]);
+            let (mut raw, _) = tokio::time::timeout(Duration::from_secs(10), connect)
+                .await
+                .expect("a legitimate client could not connect within 10 s");
+            took.push(t0.elapsed());
+            let r = raw.request("ping", json!({})).await;
+            assert!(r.get("error").is_none(), "{r}");
+        }
+        let still_open = open.load(Ordering::Acquire);
+        let _ = stop_tx.send(true);
+        let mut reopened = 0;
+        while let Some(r) = flood.join_next().await {
+            reopened += r.unwrap_or(0);
+        }
+        let samples = by.finish();
+        let what = if with_token {
+            "with a token"
+        } else {
+            "without a token"
+        };
+        eprintln!(
+            "{what}: legitimate connects took {took:?}; {reopened} idle connects, {still_open} \
+             held open at the end"
+        );
+        assert!(
+            took.iter().all(|t| *t < Duration::from_secs(1)),
+            "{what}: a legitimate connect took over 1 s: {took:?}"
+        );
+        assert!(reopened > 500, "{what}: the daemon closed no idle socket");
+        samples.assert_fast(&format!("idle sockets, {what}"), 5);
+        assert!(!d.stderr().contains("panicked"), "{}", d.stderr());
+    }
+}
+
+/// When every pending slot of an address is held by handshakes in progress, a newcomer from
+/// that address gets an HTTP 503 answer (not a bare close), while another address still
+/// connects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_address_gets_503_and_others_still_connect() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let d = Daemon::start();
+    let addr: std::net::SocketAddr = d.addr().parse().unwrap();
+    let from = |last: u8| {
+        let s = tokio::net::TcpSocket::new_v4().unwrap();
+        s.bind(std::net::SocketAddr::from(([127, 0, 0, last], 0)))
+            .unwrap();
+        s
+    };
+    // 32 handshakes in progress from 127.0.0.2: each sent half a request.
+    let mut partial = Vec::new();
+    for _ in 0..32 {
+        let mut s = from(2).connect(addr).await.unwrap();
+        s.write_all(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+            .await
+            .unwrap();
+        partial.push(s);
+    }
+    // Give the daemon the time to read them: wait until a ping on another connection has
+    // been answered after they were all sent (the accept loop took them in order before).
+    let (mut probe, _) = Raw::connect_init(&d.url(), "probe", &[]).await;
+    probe.request("ping", json!({})).await;
+    let mut s = from(2).connect(addr).await.unwrap();
+    s.write_all(
+        b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+          Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(RPC_TIMEOUT, s.read_to_end(&mut answer))
+        .await
+        .expect("no answer")
+        .expect("read");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(
+        answer.starts_with("HTTP/1.1 503"),
+        "expected a 503, got {answer:?}"
+    );
+    // Another address is not crowded out.
+    let s = from(3).connect(addr).await.unwrap();
+    let (mut ws, _) = tokio::time::timeout(
+        RPC_TIMEOUT,
+        tokio_tungstenite::client_async(format!("ws://{addr}/"), s),
+    )
+    .await
+    .expect("upgrade from 127.0.0.3 timed out")
+    .expect("upgrade from 127.0.0.3");
+    ws.close(None).await.unwrap();
+    drop(partial);
+    assert!(d.stderr().contains("too many handshakes in progress"));
+}

@@ -9,6 +9,7 @@
 
 pub mod auth;
 pub mod connection;
+pub mod pending;
 pub mod prefixed;
 pub mod tls;
 pub mod unix;
@@ -17,27 +18,55 @@ pub mod upgrade;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream, UnixStream};
-use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 
 use crate::config::{Auth, Config, Listen, Token};
 use crate::host::Host;
 use connection::Context;
+use pending::{Full, PeerKey, Pending};
 use unix::UnixSocket;
 use upgrade::UpgradePolicy;
 
 /// How long connections get to flush their close frame at shutdown.
 const SHUTDOWN_FLUSH: Duration = Duration::from_secs(2);
 
-/// Most sockets at once between accept and a completed upgrade; sockets beyond it are closed at
-/// once (a flood of silent connections cannot exhaust file descriptors).
-pub const MAX_PENDING_HANDSHAKES: usize = 128;
+pub use pending::{MAX_PENDING_HANDSHAKES, MAX_PENDING_PER_ADDRESS};
+
+/// How often, at most, a warning about refused handshakes or failing accepts is logged.
+const WARN_EVERY: Duration = Duration::from_secs(1);
+
+/// Counts events and logs a warning about them at most every [`WARN_EVERY`].
+struct Throttled {
+    what: &'static str,
+    count: u64,
+    last: Option<std::time::Instant>,
+}
+
+impl Throttled {
+    fn new(what: &'static str) -> Self {
+        Throttled {
+            what,
+            count: 0,
+            last: None,
+        }
+    }
+
+    fn note(&mut self, detail: &dyn std::fmt::Display) {
+        self.count += 1;
+        if self.last.is_none_or(|t| t.elapsed() >= WARN_EVERY) {
+            tracing::warn!(count = self.count, "{}: {detail}", self.what);
+            self.count = 0;
+            self.last = Some(std::time::Instant::now());
+        }
+    }
+}
 
 enum Listener {
     Tcp {
@@ -223,7 +252,8 @@ impl Server {
         }
         let reaper = tokio::spawn(self.host.clone().reap_orphans());
         let stall_watch = tokio::spawn(self.host.clone().watch_stalls());
-        let pending = Arc::new(Semaphore::new(MAX_PENDING_HANDSHAKES));
+        let pending = Pending::new();
+        let mut refused = Throttled::new("too many handshakes in progress; refusing with 503");
         let mut connections = JoinSet::new();
         tokio::pin!(shutdown);
         loop {
@@ -236,11 +266,37 @@ impl Server {
                 _ = &mut shutdown => break,
                 ((i, accepted), _, _) = any_accept => match accepted {
                     Ok(accepted) => {
-                        let Ok(permit) = pending.clone().try_acquire_owned() else {
-                            tracing::warn!(
-                                "too many handshakes in progress; closing a new connection"
-                            );
-                            continue;
+                        let (key, fd) = match &accepted {
+                            Accepted::Tcp(s, peer) => (PeerKey::Ip(peer.ip()), s.as_raw_fd()),
+                            Accepted::Unix(s, uid) => {
+                                // Checked before taking a slot: another user's peer must not
+                                // even evict a pending handshake.
+                                if !unix::peer_allowed(*uid) {
+                                    tracing::warn!(
+                                        uid = ?uid,
+                                        "Unix socket peer runs as another user; refused"
+                                    );
+                                    continue;
+                                }
+                                (PeerKey::Unix, s.as_raw_fd())
+                            }
+                        };
+                        let permit = match pending.admit(key, Some(fd)) {
+                            Ok(slot) => slot,
+                            Err(Full) => {
+                                match (accepted, &self.listeners[i]) {
+                                    (Accepted::Tcp(s, peer), Listener::Tcp { tls: None, .. }) => {
+                                        refused.note(&peer);
+                                        pending.refuse(s);
+                                    }
+                                    (Accepted::Tcp(_, peer), _) => refused.note(&peer),
+                                    (Accepted::Unix(s, _), _) => {
+                                        refused.note(&"unix");
+                                        pending.refuse(s);
+                                    }
+                                }
+                                continue;
+                            }
                         };
                         let ctx = self.ctx.clone();
                         match (accepted, &self.listeners[i]) {
@@ -255,13 +311,6 @@ impl Server {
                                 ));
                             }
                             (Accepted::Unix(stream, uid), Listener::Unix { policy, .. }) => {
-                                if !unix::peer_allowed(uid) {
-                                    tracing::warn!(
-                                        uid = ?uid,
-                                        "Unix socket peer runs as another user; refused"
-                                    );
-                                    continue;
-                                }
                                 connections.spawn(connection::handle_unix(
                                     stream,
                                     uid,
