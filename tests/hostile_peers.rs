@@ -549,3 +549,157 @@ async fn a_full_address_gets_503_and_others_still_connect() {
     drop(partial);
     assert!(d.stderr().contains("too many handshakes in progress"));
 }
+
+// ─── 5. A process that escaped the terminal's session ───────────────────────────────────
+
+/// CPU time (user + system) the process has used, in clock ticks (1/100 s).
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = stat.rfind(')').map(|i| &stat[i + 1..]).unwrap_or("");
+    let f: Vec<&str> = after.split_whitespace().collect();
+    // After the name: state(0) … utime(11) stime(12).
+    let get = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    get(11) + get(12)
+}
+
+/// CPU ticks `pid` uses over the next `window` (sampling a counter over a window is the
+/// measurement itself, not a wait for an event).
+async fn cpu_over(pid: u32, window: Duration) -> u64 {
+    let before = cpu_ticks(pid);
+    tokio::time::sleep(window).await;
+    cpu_ticks(pid) - before
+}
+
+/// Descriptors of `pid` open on the master of pty number `index` (`/dev/pts/<index>`).
+fn pty_master_fds(pid: u32, index: u32) -> usize {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return 0;
+    };
+    dir.flatten()
+        .filter(|e| {
+            std::fs::read_link(e.path()).is_ok_and(|l| l == std::path::Path::new("/dev/ptmx"))
+        })
+        .filter(|e| {
+            let info = format!("/proc/{pid}/fdinfo/{}", e.file_name().to_string_lossy());
+            std::fs::read_to_string(info).is_ok_and(|s| {
+                s.lines()
+                    .any(|l| l.split_whitespace().eq(["tty-index:", &index.to_string()]))
+            })
+        })
+        .count()
+}
+
+/// Kills a process on drop (the escapee must not outlive a failed test).
+struct KillOnDrop(i32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.0),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+}
+
+/// `setsid yes` run in a terminal leaves its session but keeps writing to the pty. After
+/// `disposeTerminal` the daemon stops reading it and closes the pty: its CPU use drops to
+/// near zero within a second, it holds no descriptor of that pty, and the escapee gets EIO.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_escaped_process_does_not_keep_the_daemon_busy() {
+    let _serial = SERIAL.lock().await;
+    let d = Daemon::start();
+    let pid = d.pid();
+    let (mut a, _) = Raw::connect_init(&d.url(), "escaper", &[]).await;
+    let t = term_uri("escape");
+    a.request(
+        "createTerminal",
+        json!({"channel": t, "claim": {"kind": "client", "clientId": "escaper"}}),
+    )
+    .await;
+    a.request("subscribe", json!({"channel": t})).await;
+    a.ready(&t).await;
+    let pidfile = d.home().join("escapee.pid");
+    a.type_text(&t, "echo shell=$$ tty=$(tty)\r").await;
+    a.wait_data(&t, "tty=/dev/pts/", SHELL_TIMEOUT).await;
+    let data = a.data(&t);
+    let shell = find_number_after(&data, "shell=").expect("shell pid") as i32;
+    let index = find_number_after(&data, "tty=/dev/pts/").expect("pty number") as u32;
+    let held = pty_master_fds(pid, index);
+    assert!(held > 0, "no descriptor of the terminal's pty master found");
+    a.type_text(
+        &t,
+        &format!(
+            "setsid sh -c 'echo $$ > {}; exec yes' &\r",
+            pidfile.display()
+        ),
+    )
+    .await;
+    // Nobody reads the flood: the daemon still has to read it from the pty.
+    a.request("unsubscribe", json!({"channel": t})).await;
+    let deadline = Instant::now() + SHELL_TIMEOUT;
+    let escapee = loop {
+        if let Some(p) = std::fs::read_to_string(&pidfile)
+            .ok()
+            .and_then(|s| s.trim().parse::<i32>().ok())
+        {
+            break p;
+        }
+        assert!(Instant::now() < deadline, "the escapee did not start");
+        tokio::task::yield_now().await;
+    };
+    let _guard = KillOnDrop(escapee);
+    // It really left the session, and writes to the terminal's pty.
+    let sid = std::fs::read_to_string(format!("/proc/{escapee}/stat"))
+        .ok()
+        .and_then(|s| {
+            s[s.rfind(')')? + 1..]
+                .split_whitespace()
+                .nth(4)?
+                .parse::<i32>()
+                .ok()
+        });
+    assert!(
+        sid.is_some_and(|s| s != shell),
+        "escapee session {sid:?}, shell {shell}"
+    );
+    let out = std::fs::read_link(format!("/proc/{escapee}/fd/1")).unwrap();
+    assert_eq!(out, std::path::PathBuf::from(format!("/dev/pts/{index}")));
+
+    let by = Bystander::start(&d.url());
+    let busy = cpu_over(pid, Duration::from_millis(500)).await;
+    let r = a.request("disposeTerminal", json!({"channel": t})).await;
+    assert!(r.get("error").is_none(), "{r}");
+    let disposed = Instant::now();
+    let samples = by.finish();
+    // Within a second of the answer, a quiet window of 300 ms.
+    let mut quiet = None;
+    while quiet.is_none() && disposed.elapsed() < Duration::from_secs(1) {
+        let used = cpu_over(pid, Duration::from_millis(300)).await;
+        if used <= 3 {
+            quiet = Some(disposed.elapsed());
+        }
+    }
+    eprintln!(
+        "daemon CPU with the escapee: {busy} ticks in 500 ms; after dispose: quiet by \
+         {quiet:?}; pty master descriptors {held} before"
+    );
+    assert!(
+        busy >= 10,
+        "the escapee did not load the daemon ({busy} ticks in 500 ms): the test proves nothing"
+    );
+    assert!(
+        quiet.is_some(),
+        "the daemon's CPU did not return to near zero within a second of the dispose"
+    );
+    assert_eq!(
+        pty_master_fds(pid, index),
+        0,
+        "the daemon still holds the disposed terminal's pty"
+    );
+    wait_dead(
+        &[escapee],
+        Duration::from_secs(5),
+        "the escapee after its pty closed",
+    );
+    samples.assert_fast("escaped process", 5);
+}

@@ -5,10 +5,14 @@
 //! pty as its controlling terminal). Input goes through a dedicated writer thread so a pty
 //! whose input buffer is full never blocks the async runtime. Exit statuses come from
 //! `waitpid` directly, so a signal death is reported as `128 + signal` (project decision D5).
+//! The reader and writer threads share one non-blocking duplicate of the pty master and wait
+//! in `poll(2)` on it together with a stop signal (an eventfd), so that killing the terminal
+//! makes them let go of the pty even while a process that left the session still holds it.
 //! Touches only the OS (pty, signals, `/proc`); knows nothing of AHP.
 
 use std::ffi::OsString;
 use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc as std_mpsc;
@@ -58,6 +62,147 @@ pub struct PtyProcess {
     master: Mutex<Box<dyn MasterPty + Send>>,
     input: Mutex<Option<std_mpsc::Sender<Vec<u8>>>>,
     pending_input: Arc<AtomicUsize>,
+    io: Arc<PtyIo>,
+}
+
+/// The reader and writer threads' handle on the pty master: a non-blocking duplicate of it
+/// and a stop signal both wait on.
+struct PtyIo {
+    fd: OwnedFd,
+    stop: OwnedFd,
+}
+
+impl PtyIo {
+    /// Duplicates `master` (close-on-exec), makes it non-blocking and creates the stop
+    /// signal.
+    fn new(master: RawFd) -> io::Result<PtyIo> {
+        // SAFETY: plain fcntl/eventfd calls on a descriptor we own; results are checked and
+        // wrapped in OwnedFd at once.
+        unsafe {
+            let dup = libc::fcntl(master, libc::F_DUPFD_CLOEXEC, 3);
+            if dup < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let fd = OwnedFd::from_raw_fd(dup);
+            let flags = libc::fcntl(dup, libc::F_GETFL);
+            if flags < 0 || libc::fcntl(dup, libc::F_SETFL, flags | libc::O_NONBLOCK) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let stop = libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK);
+            if stop < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(PtyIo {
+                fd,
+                stop: OwnedFd::from_raw_fd(stop),
+            })
+        }
+    }
+
+    /// Tells the reader and writer to stop (they then drop their handle on the pty).
+    fn stop(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a valid u64 to our eventfd.
+        let _ = unsafe {
+            libc::write(
+                self.stop.as_raw_fd(),
+                (&one as *const u64).cast(),
+                std::mem::size_of::<u64>(),
+            )
+        };
+    }
+
+    /// Waits until the pty is ready for `events` (`POLLIN`/`POLLOUT`, or hung up): `Ok(true)`;
+    /// or until stopped: `Ok(false)`.
+    fn wait(&self, events: libc::c_short) -> io::Result<bool> {
+        let mut fds = [
+            libc::pollfd {
+                fd: self.fd.as_raw_fd(),
+                events,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: self.stop.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        loop {
+            // SAFETY: `fds` is a valid array of two pollfd for the duration of the call.
+            let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            if fds[1].revents != 0 {
+                return Ok(false);
+            }
+            if fds[0].revents != 0 {
+                return Ok(true);
+            }
+        }
+    }
+}
+
+/// Reads pty output; returns end of file once stopped.
+struct Reader(Arc<PtyIo>);
+
+impl Read for Reader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            // SAFETY: reads at most buf.len() bytes into buf.
+            let n =
+                unsafe { libc::read(self.0.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+            if n >= 0 {
+                return Ok(n as usize);
+            }
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::WouldBlock => {
+                    if !self.0.wait(libc::POLLIN)? {
+                        return Ok(0);
+                    }
+                }
+                io::ErrorKind::Interrupted => {}
+                _ => return Err(e),
+            }
+        }
+    }
+}
+
+/// Writes pty input; fails once stopped.
+struct Writer(Arc<PtyIo>);
+
+impl Write for Writer {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        loop {
+            // SAFETY: writes at most buf.len() bytes from buf.
+            let n = unsafe { libc::write(self.0.fd.as_raw_fd(), buf.as_ptr().cast(), buf.len()) };
+            if n >= 0 {
+                return Ok(n as usize);
+            }
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::WouldBlock => {
+                    if !self.0.wait(libc::POLLOUT)? {
+                        return Err(io::Error::new(
+                            io::ErrorKind::BrokenPipe,
+                            "the terminal is being disposed",
+                        ));
+                    }
+                }
+                io::ErrorKind::Interrupted => {}
+                _ => return Err(e),
+            }
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 impl std::fmt::Debug for PtyProcess {
@@ -106,14 +251,16 @@ impl PtyProcess {
             as i32;
         // Exit statuses are collected with waitpid (see `wait_exit`), not through `child`.
         drop(child);
-        let reader = pair
+        let master_fd = pair
             .master
-            .try_clone_reader()
-            .map_err(|e| io::Error::other(format!("cannot read the pty: {e}")))?;
-        let writer = pair
-            .master
-            .take_writer()
-            .map_err(|e| io::Error::other(format!("cannot write the pty: {e}")))?;
+            .as_raw_fd()
+            .ok_or_else(|| io::Error::other("the pty has no file descriptor"))?;
+        let io = Arc::new(
+            PtyIo::new(master_fd)
+                .map_err(|e| io::Error::new(e.kind(), format!("cannot use the pty: {e}")))?,
+        );
+        let reader: PtyReader = Box::new(Reader(io.clone()));
+        let writer = Box::new(Writer(io.clone()));
         let (tx, rx) = std_mpsc::channel::<Vec<u8>>();
         let pending_input = Arc::new(AtomicUsize::new(0));
         let pending = pending_input.clone();
@@ -126,6 +273,7 @@ impl PtyProcess {
                 master: Mutex::new(pair.master),
                 input: Mutex::new(Some(tx)),
                 pending_input,
+                io,
             },
             reader,
         ))
@@ -179,13 +327,23 @@ impl PtyProcess {
     /// Kills every process of the terminal's session: SIGHUP (and SIGCONT, so stopped jobs
     /// see it) to every process group in the session, then SIGKILL to whatever is still alive
     /// after `grace`. Returns once no process of the session is left or after `grace` plus one
-    /// second. Processes that left the session (`setsid`) are out of reach. Blocking.
+    /// second. Processes that left the session (`setsid`) are out of reach, but the reader and
+    /// writer threads stop at once and let go of the pty, which is closed when this
+    /// `PtyProcess` is dropped: such a process then gets EIO on the pty. Blocking.
     pub fn kill_session(&self, grace: Duration) {
-        // Stop accepting input so the writer thread ends.
+        // Stop accepting input so the writer thread ends, and stop reading output.
         if let Ok(mut g) = self.input.lock() {
             g.take();
         }
+        self.io.stop();
         kill_session(self.pid, grace);
+    }
+}
+
+impl Drop for PtyProcess {
+    fn drop(&mut self) {
+        // The threads must not keep the pty open once nobody can use the terminal.
+        self.io.stop();
     }
 }
 
