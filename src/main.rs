@@ -118,6 +118,29 @@ fn main() -> ExitCode {
         .with_ansi(std::io::stderr().is_terminal())
         .init();
     let Command::Serve(args) = cli.command;
+    // Limits of 0 would make a daemon that serves nothing: a usage error, like clap's.
+    for (flag, value, what) in [
+        (
+            "--max-terminals",
+            args.max_terminals,
+            "no terminal could be created",
+        ),
+        (
+            "--max-subscriptions",
+            args.max_subscriptions,
+            "no client could watch a channel",
+        ),
+        (
+            "--max-connections",
+            args.max_connections,
+            "no client could connect",
+        ),
+    ] {
+        if value == 0 {
+            eprintln!("ahpty: {flag} 0: {what}; give at least 1");
+            return ExitCode::from(2);
+        }
+    }
     let shell = args.shell.unwrap_or_else(Config::default_shell);
     if !ahpty::config::is_executable(&shell) {
         eprintln!("ahpty: --shell {}: not an executable file", shell.display());
@@ -138,7 +161,7 @@ fn main() -> ExitCode {
         listen: args.listen,
         auth,
         tls,
-        max_connections: args.max_connections.max(1),
+        max_connections: args.max_connections,
         handshake_timeout: args.handshake_timeout.max(Duration::from_millis(100)),
         ping_interval: (!args.ping_interval.is_zero())
             .then(|| args.ping_interval.max(Duration::from_millis(100))),
@@ -156,6 +179,11 @@ fn main() -> ExitCode {
         max_terminals: args.max_terminals,
         max_subscriptions: args.max_subscriptions,
     };
+    // Every terminal and connection needs file descriptors: use the whole hard limit, and say
+    // up front when even that is too small.
+    if let Some(warning) = ahpty::server::fdlimit::prepare(&config) {
+        tracing::warn!("{warning}");
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

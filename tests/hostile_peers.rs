@@ -703,3 +703,241 @@ async fn an_escaped_process_does_not_keep_the_daemon_busy() {
     );
     samples.assert_fast("escaped process", 5);
 }
+
+// ─── 4. File descriptors ────────────────────────────────────────────────────────────────
+
+/// `ahpty serve ARGS` started by `sh -c '<ulimit>; exec ahpty …'` (so the limits apply to the
+/// daemon itself), with `/bin/cat` as the cheapest "shell".
+fn daemon_with_ulimit(ulimit: &str, args: &[&str]) -> Daemon {
+    let home = tempfile::tempdir().unwrap();
+    let mut cmd = std::process::Command::new("sh");
+    cmd.arg("-c")
+        .arg(format!("{ulimit} && exec \"$0\" \"$@\""))
+        .arg(env!("CARGO_BIN_EXE_ahpty"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--no-auth",
+            "--shell",
+            "/bin/cat",
+        ])
+        .args(args)
+        .env("HOME", home.path())
+        .env("RUST_LOG", "info")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    Daemon::start_command(home, cmd)
+}
+
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+/// The daemon's open-file limit (`Max open files` of /proc/PID/limits): (soft, hard).
+fn nofile(pid: u32) -> (String, String) {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap()
+        .to_string();
+    let f: Vec<&str> = line.split_whitespace().collect();
+    (f[3].to_string(), f[4].to_string())
+}
+
+/// Creates `n` terminals over `conns` connections at once; returns how many were created and
+/// the first error.
+async fn create_many(url: &str, n: usize, conns: usize) -> (usize, Option<String>) {
+    let mut set = tokio::task::JoinSet::new();
+    for c in 0..conns {
+        let url = url.to_string();
+        let count = n / conns + usize::from(c < n % conns);
+        set.spawn(async move {
+            let id = format!("many-{c}");
+            let (mut raw, _) = Raw::connect_init(&url, &id, &[]).await;
+            let mut made = 0;
+            let mut error = None;
+            for k in 0..count {
+                let r = raw
+                    .request(
+                        "createTerminal",
+                        json!({"channel": format!("ahp-terminal:/many-{c}-{k}"),
+                               "claim": {"kind": "client", "clientId": id}}),
+                    )
+                    .await;
+                match r.get("error") {
+                    None => made += 1,
+                    Some(e) => {
+                        error.get_or_insert_with(|| e.to_string());
+                    }
+                }
+            }
+            (made, error, raw)
+        });
+    }
+    let mut made = 0;
+    let mut error = None;
+    let mut keep = Vec::new();
+    while let Some(r) = set.join_next().await {
+        let (m, e, raw) = r.unwrap();
+        made += m;
+        if error.is_none() {
+            error = e;
+        }
+        keep.push(raw);
+    }
+    (made, error)
+}
+
+/// Kills the daemon and waits until its terminals' programs are gone (disposing hundreds of
+/// terminals one by one is not what these tests are about).
+fn kill_with_terminals(d: &mut Daemon) {
+    let pid = d.pid() as i32;
+    let mut kids = Vec::new();
+    if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        for t in tasks.flatten() {
+            if let Ok(s) = std::fs::read_to_string(t.path().join("children")) {
+                kids.extend(s.split_whitespace().filter_map(|p| p.parse::<i32>().ok()));
+            }
+        }
+    }
+    d.signal(nix::sys::signal::Signal::SIGKILL);
+    d.wait_exit(Duration::from_secs(10));
+    wait_dead(
+        &kids,
+        Duration::from_secs(20),
+        "terminal programs of a killed daemon",
+    );
+}
+
+/// Under the common soft limit of 1024 open files with a higher hard limit, the daemon raises
+/// its soft limit and starts 600 terminals; with the hard limit at 1024 too it says at start
+/// how many terminals it can serve, and that many do start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn terminals_are_not_limited_by_the_soft_open_file_limit() {
+    let _serial = SERIAL.lock().await;
+    // The test's own hard limit must leave room above 1024 (root may raise it).
+    let own_hard = std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|l| {
+            let line = l
+                .lines()
+                .find(|l| l.starts_with("Max open files"))?
+                .to_string();
+            line.split_whitespace().nth(4)?.parse::<u64>().ok()
+        })
+        .unwrap_or(0);
+    let raise_hard = if own_hard < 4096 {
+        "ulimit -Hn 4096 && "
+    } else {
+        ""
+    };
+    let mut d = daemon_with_ulimit(
+        &format!("{raise_hard}ulimit -Sn 1024"),
+        &["--max-terminals", "600"],
+    );
+    let (soft, hard) = nofile(d.pid());
+    eprintln!("open-file limit of the daemon: soft {soft}, hard {hard}");
+    assert_eq!(
+        soft, hard,
+        "the soft limit was not raised to the hard limit"
+    );
+    assert!(!d.stderr().contains("open-file limit"), "{}", d.stderr());
+    let before = open_fds(d.pid());
+    let t0 = Instant::now();
+    let (made, error) = create_many(&d.url(), 600, 12).await;
+    let took = t0.elapsed();
+    let per_terminal = (open_fds(d.pid()) - before) as f64 / made.max(1) as f64;
+    eprintln!("600 terminals: {made} created in {took:?}; {per_terminal:.2} descriptors each");
+    assert_eq!(made, 600, "first error: {error:?}");
+    assert!(
+        per_terminal <= 3.1,
+        "{per_terminal} descriptors per terminal"
+    );
+    kill_with_terminals(&mut d);
+
+    // Hard limit 1024 as well: a warning up front with the number, and that many start.
+    let mut d = daemon_with_ulimit("ulimit -n 1024", &[]);
+    let log = d.stderr();
+    let line = log
+        .lines()
+        .find(|l| l.contains("open-file limit"))
+        .unwrap_or_else(|| panic!("no warning about the open-file limit:\n{log}"));
+    eprintln!("{line}");
+    assert!(
+        line.contains("WARN") && line.contains("--max-terminals 512"),
+        "{line}"
+    );
+    let fits =
+        find_number_after(line, "enough for about ").expect("a number of terminals") as usize;
+    assert!((100..512).contains(&fits), "{line}");
+    let (made, error) = create_many(&d.url(), fits, 8).await;
+    assert_eq!(
+        made, fits,
+        "the daemon promised {fits} terminals; first error: {error:?}"
+    );
+    kill_with_terminals(&mut d);
+}
+
+/// With every descriptor in use, new connections are answered 503 and closed at once (no
+/// busy loop, no hang), and the daemon serves again as soon as descriptors free up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn running_out_of_descriptors_neither_spins_nor_hangs() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let _serial = SERIAL.lock().await;
+    let d = daemon_with_ulimit("ulimit -n 64", &[]);
+    let pid = d.pid();
+    let addr: std::net::SocketAddr = d.addr().parse().unwrap();
+    // Idle sockets from four addresses (32 pending slots each) use up the descriptors.
+    let mut held = Vec::new();
+    for k in 0..128u8 {
+        let s = tokio::net::TcpSocket::new_v4().unwrap();
+        s.bind(std::net::SocketAddr::from(([127, 0, 0, 2 + k % 4], 0)))
+            .unwrap();
+        held.push(s.connect(addr).await.unwrap());
+    }
+    // A client now gets an answer, not a hang.
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let _ = s
+        .write_all(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        .await;
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(RPC_TIMEOUT, s.read_to_end(&mut answer))
+        .await
+        .expect("a connection was neither answered nor closed while out of descriptors");
+    let answer = String::from_utf8_lossy(&answer).to_string();
+    let busy = cpu_over(pid, Duration::from_millis(500)).await;
+    eprintln!("out of descriptors: answer {answer:?}; daemon CPU {busy} ticks in 500 ms");
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer:?}");
+    assert!(
+        busy <= 10,
+        "the daemon used {busy} ticks in 500 ms while out of descriptors"
+    );
+    assert!(
+        d.stderr().contains("out of file descriptors"),
+        "{}",
+        d.stderr()
+    );
+    drop(held);
+    // Once the idle sockets are gone, clients connect again.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let attempt = tokio::time::timeout(
+            Duration::from_secs(2),
+            tokio_tungstenite::connect_async(d.url()),
+        )
+        .await;
+        if let Ok(Ok((mut ws, _))) = attempt {
+            ws.close(None).await.unwrap();
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no connection after the descriptors freed up"
+        );
+    }
+}

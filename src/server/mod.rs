@@ -9,6 +9,7 @@
 
 pub mod auth;
 pub mod connection;
+pub mod fdlimit;
 pub mod pending;
 pub mod prefixed;
 pub mod tls;
@@ -16,6 +17,8 @@ pub mod unix;
 pub mod upgrade;
 
 use std::future::Future;
+
+use futures_util::FutureExt;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
@@ -84,6 +87,27 @@ enum Listener {
 enum Accepted {
     Tcp(TcpStream, SocketAddr),
     Unix(UnixStream, Option<u32>),
+}
+
+impl Accepted {
+    /// Closes the socket, first answering HTTP 503 without waiting if `plain` (not TLS; the
+    /// send buffer of a new socket is empty).
+    fn refuse_now(self, plain: bool) {
+        if !plain {
+            return;
+        }
+        const ANSWER: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\
+            Retry-After: 1\r\nConnection: close\r\n\r\n";
+        let _ = match &self {
+            Accepted::Tcp(s, _) => s.try_write(ANSWER),
+            Accepted::Unix(s, _) => s.try_write(ANSWER),
+        };
+    }
+}
+
+/// `EMFILE` or `ENFILE`: no descriptor for a new connection.
+fn is_out_of_descriptors(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE))
 }
 
 impl Listener {
@@ -254,6 +278,14 @@ impl Server {
         let stall_watch = tokio::spawn(self.host.clone().watch_stalls());
         let pending = Pending::new();
         let mut refused = Throttled::new("too many handshakes in progress; refusing with 503");
+        let mut out_of_fds = Throttled::new(
+            "out of file descriptors (open-file limit): closing new connections; dispose \
+             terminals or raise the limit",
+        );
+        let mut accept_failed = Throttled::new("accept failed");
+        // One descriptor kept in reserve, released to take a connection off the queue when
+        // the daemon runs out of descriptors.
+        let mut reserve = std::fs::File::open("/dev/null").ok();
         let mut connections = JoinSet::new();
         tokio::pin!(shutdown);
         loop {
@@ -322,9 +354,26 @@ impl Server {
                             _ => {}
                         }
                     }
+                    Err(e) if is_out_of_descriptors(&e) => {
+                        // The waiting connection cannot be accepted, so the listener stays
+                        // readable: without taking it off the queue this would spin. Free the
+                        // reserve descriptor, accept it, tell it 503 and close it, then take
+                        // the reserve back.
+                        out_of_fds.note(&e);
+                        drop(reserve.take());
+                        let listener = &self.listeners[i];
+                        if let Some(Ok(accepted)) = listener.accept().now_or_never() {
+                            let tls = matches!(listener, Listener::Tcp { tls: Some(_), .. });
+                            accepted.refuse_now(!tls);
+                        }
+                        reserve = std::fs::File::open("/dev/null").ok();
+                        if reserve.is_none() {
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                        }
+                    }
                     Err(e) => {
-                        // Out of file descriptors and similar: keep serving the others.
-                        tracing::warn!(error = %e, "accept failed");
+                        // Keep serving the others.
+                        accept_failed.note(&e);
                         tokio::time::sleep(Duration::from_millis(50)).await;
                     }
                 },
