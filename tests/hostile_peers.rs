@@ -941,3 +941,481 @@ async fn running_out_of_descriptors_neither_spins_nor_hangs() {
         );
     }
 }
+
+// ─── 3. Memory a peer could make the daemon keep ────────────────────────────────────────
+
+fn vm_rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|r| r.split_whitespace().next())
+                .and_then(|n| n.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// A WebSocket client frame holding `text` (masked with the all-zero key, which leaves the
+/// payload as it is).
+fn client_text_frame(text: &str) -> Vec<u8> {
+    let mut f = vec![0x81];
+    let n = text.len();
+    if n < 126 {
+        f.push(0x80 | n as u8);
+    } else if n < 65536 {
+        f.push(0x80 | 126);
+        f.extend_from_slice(&(n as u16).to_be_bytes());
+    } else {
+        f.push(0x80 | 127);
+        f.extend_from_slice(&(n as u64).to_be_bytes());
+    }
+    f.extend_from_slice(&[0, 0, 0, 0]);
+    f.extend_from_slice(text.as_bytes());
+    f
+}
+
+/// Upgrades a raw TCP connection, sends `frame` (from [`client_text_frame`], a request with
+/// id 1) and waits for its answer (whatever it is); the connection is then dropped without a
+/// close handshake. The cheapest way to send one request, also for this (debug) process.
+async fn one_request(addr: &str, frame: &[u8]) -> Vec<u8> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let upgrade = format!(
+        "GET / HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+    );
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(upgrade.as_bytes()).await.unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let deadline = tokio::time::Instant::now() + RPC_TIMEOUT;
+    while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = tokio::time::timeout_at(deadline, s.read(&mut buf))
+            .await
+            .expect("no answer to the upgrade")
+            .unwrap_or(0);
+        if n == 0 {
+            return got;
+        }
+        got.extend_from_slice(&buf[..n]);
+    }
+    s.write_all(frame).await.unwrap();
+    while !got.windows(8).any(|w| w == b"\"id\":1,\"") && !got.windows(7).any(|w| w == b"\"id\":1}")
+    {
+        let n = tokio::time::timeout_at(deadline, s.read(&mut buf))
+            .await
+            .expect("no answer to initialize")
+            .unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        got.extend_from_slice(&buf[..n]);
+    }
+    got
+}
+
+/// 10 000 distinct client ids leave the daemon's memory flat (remembered ids are bounded),
+/// and oversized client ids, URIs, claim fields and titles are refused, naming the field and
+/// the limit, without the daemon keeping their memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peers_cannot_make_the_daemon_keep_memory() {
+    let _serial = SERIAL.lock().await;
+    let d = Daemon::start();
+    let pid = d.pid();
+    let addr = d.addr().to_string();
+    let ids = |from: usize, to: usize| {
+        let addr = addr.clone();
+        async move {
+            let mut set = tokio::task::JoinSet::new();
+            for w in 0..32 {
+                let addr = addr.clone();
+                set.spawn(async move {
+                    for k in (from + w..to).step_by(32) {
+                        // 200-byte ids: remembering 10 000 of them would be visible.
+                        let init = request_text(
+                            1,
+                            "initialize",
+                            json!({"channel": ROOT,
+                            "protocolVersions": ["1.0.0"], "clientId": format!("{k:0>200}")}),
+                        );
+                        let answer = one_request(&addr, &client_text_frame(&init)).await;
+                        assert!(
+                            answer.windows(15).any(|w| w == b"protocolVersion"),
+                            "{}",
+                            String::from_utf8_lossy(&answer)
+                        );
+                    }
+                });
+            }
+            while let Some(r) = set.join_next().await {
+                r.unwrap();
+            }
+        }
+    };
+    // Warm up (allocator arenas, the table of remembered ids filled to its bound).
+    ids(0, 1_000).await;
+    let warm = vm_rss_kib(pid);
+    let t0 = Instant::now();
+    ids(1_000, 11_000).await;
+    let after_ids = vm_rss_kib(pid);
+    eprintln!(
+        "10 000 client ids in {:?}: RSS {warm} KiB → {after_ids} KiB",
+        t0.elapsed()
+    );
+    assert!(
+        after_ids < warm + 2 * 1024,
+        "RSS grew from {warm} KiB to {after_ids} KiB over 10 000 client ids"
+    );
+    // The bound is real: the oldest ids were forgotten (their reconnect gets snapshots), the
+    // latest are remembered (a replay).
+    for (k, expect) in [(0, "\"snapshot\""), (10_999, "\"replay\"")] {
+        let text = request_text(
+            1,
+            "reconnect",
+            json!({"channel": ROOT,
+            "clientId": format!("{k:0>200}"), "lastSeenServerSeq": 0, "subscriptions": []}),
+        );
+        let answer = one_request(&addr, &client_text_frame(&text)).await;
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.contains(expect), "client {k}: {answer}");
+    }
+
+    // Oversized fields, each refused with a message naming the field and the limit.
+    let by = Bystander::start(&d.url());
+    let huge_id = "i".repeat(8 << 20);
+    let mb = "u".repeat(1 << 20);
+    let attempts = [
+        request_text(
+            1,
+            "initialize",
+            json!({"channel": ROOT,
+            "protocolVersions": ["1.0.0"], "clientId": huge_id}),
+        ),
+        request_text(
+            1,
+            "reconnect",
+            json!({"channel": ROOT, "clientId": huge_id,
+            "lastSeenServerSeq": 0, "subscriptions": []}),
+        ),
+    ];
+    for text in &attempts {
+        let answer = one_request(&addr, &client_text_frame(text)).await;
+        let r = String::from_utf8_lossy(&answer);
+        assert!(
+            r.contains("-32602") && r.contains("clientId is longer than 256 bytes"),
+            "{}",
+            clip(r.to_string(), 300)
+        );
+        assert!(r.len() < 2048, "the error echoes {} bytes", r.len());
+    }
+    let (mut a, _) = Raw::connect_init(&d.url(), "fields", &[]).await;
+    let t = term_uri("fields");
+    let created = a
+        .request(
+            "createTerminal",
+            json!({"channel": t, "claim": {"kind": "client", "clientId": "fields"}}),
+        )
+        .await;
+    assert!(created.get("result").is_some(), "{created}");
+    let claim = |c: Value| json!({"channel": term_uri("c"), "claim": c});
+    let cases: Vec<(&str, Value, &str)> = vec![
+        (
+            "channel",
+            json!({"channel": format!("ahp-terminal:/{mb}"),
+            "claim": {"kind": "client", "clientId": "fields"}}),
+            "2048 bytes",
+        ),
+        (
+            "claim.clientId",
+            claim(json!({"kind": "client", "clientId": mb})),
+            "claim.clientId",
+        ),
+        (
+            "claim.session",
+            claim(json!({"kind": "session", "session": mb, "chat": "c:/1"})),
+            "claim.session",
+        ),
+        (
+            "claim.chat",
+            claim(json!({"kind": "session", "session": "s:/1", "chat": mb})),
+            "claim.chat",
+        ),
+        (
+            "claim.turnId",
+            claim(json!({"kind": "session", "session": "s:/1", "chat": "c:/1",
+            "turnId": mb})),
+            "claim.turnId",
+        ),
+        (
+            "claim.toolCallId",
+            claim(json!({"kind": "session", "session": "s:/1", "chat": "c:/1",
+            "turnId": "t", "toolCallId": mb})),
+            "claim.toolCallId",
+        ),
+        (
+            "name",
+            json!({"channel": term_uri("n"), "name": mb,
+            "claim": {"kind": "client", "clientId": "fields"}}),
+            "4096 characters",
+        ),
+        (
+            "cwd",
+            json!({"channel": term_uri("d"), "cwd": format!("/{mb}"),
+            "claim": {"kind": "client", "clientId": "fields"}}),
+            "4096 bytes",
+        ),
+    ];
+    for (field, params, expect) in &cases {
+        for _ in 0..3 {
+            let r = a.request("createTerminal", params.clone()).await;
+            let text = r.to_string();
+            assert_eq!(
+                Raw::code(&r),
+                Some(-32602),
+                "{field}: {}",
+                clip(text.clone(), 300)
+            );
+            assert!(
+                text.contains(expect),
+                "{field}: {}",
+                clip(text.clone(), 300)
+            );
+            assert!(
+                text.len() < 2048,
+                "{field}: the error echoes {} bytes",
+                text.len()
+            );
+        }
+    }
+    for _ in 0..3 {
+        let r = a
+            .request("subscribe", json!({"channel": format!("x:{mb}")}))
+            .await;
+        assert_eq!(Raw::code(&r), Some(-32602), "{}", clip(r.to_string(), 300));
+        assert!(r.to_string().len() < 2048);
+    }
+    // Actions: a 1 MiB title, a 1 MiB claim field; rejected, echoed as their type only.
+    a.request("subscribe", json!({"channel": t})).await;
+    let title = a
+        .dispatch(&t, json!({"type": "terminal/titleChanged", "title": mb}))
+        .await;
+    let claimed = a
+        .dispatch(
+            &t,
+            json!({"type": "terminal/claimed", "claim": {"kind": "client", "clientId": mb}}),
+        )
+        .await;
+    for seq in [title, claimed] {
+        let e = a
+            .wait_envelope("the rejection", RPC_TIMEOUT, |e| {
+                e["origin"]["clientSeq"] == seq && e["rejectionReason"].is_string()
+            })
+            .await;
+        let text = e.to_string();
+        assert!(
+            text.len() < 2048,
+            "the rejection echoes {} bytes",
+            text.len()
+        );
+        assert!(e["action"]["type"].is_string(), "{text}");
+    }
+    let root = a.request("subscribe", json!({"channel": ROOT})).await;
+    assert!(
+        root.to_string().len() < 4096,
+        "the catalogue grew: {}",
+        clip(root.to_string(), 300)
+    );
+    let samples = by.finish();
+    let after = vm_rss_kib(pid);
+    eprintln!("after the oversized fields: RSS {after} KiB (before {after_ids} KiB)");
+    assert!(
+        after < after_ids + 48 * 1024,
+        "RSS grew from {after_ids} KiB to {after} KiB after the oversized fields"
+    );
+    samples.assert_fast("oversized fields", 5);
+}
+
+// ─── 6. Smaller ones ────────────────────────────────────────────────────────────────────
+
+/// Client titles lose their control characters like shell titles; a lone surrogate in
+/// `terminal/input` becomes U+FFFD instead of losing the message; an input rejected for its
+/// size is not echoed back in full.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_hostile_inputs_are_defused() {
+    let _serial = SERIAL.lock().await;
+    let d = Daemon::start();
+    let by = Bystander::start(&d.url());
+    let (mut a, _) = Raw::connect_init(&d.url(), "small", &[ROOT]).await;
+    let t = term_uri("small");
+    let r = a
+        .request(
+            "createTerminal",
+            json!({"channel": t, "name": "n\u{1b}]0;x\u{7}me\u{9b}31m",
+                   "claim": {"kind": "client", "clientId": "small"}}),
+        )
+        .await;
+    assert!(r.get("result").is_some(), "{r}");
+    let (state, _) = {
+        let snap = a.request("subscribe", json!({"channel": t})).await;
+        (snap["result"]["snapshot"]["state"].clone(), ())
+    };
+    assert_eq!(state["title"], "n]0;xme31m", "{state}");
+    a.ready(&t).await;
+
+    // A rename carrying ESC and BEL: stored and broadcast without them.
+    let seq = a
+        .dispatch(
+            &t,
+            json!({"type": "terminal/titleChanged", "title": "\u{1b}]2;pwn\u{7}ok\u{7f}"}),
+        )
+        .await;
+    let echo = a
+        .wait_envelope("the rename", RPC_TIMEOUT, |e| {
+            e["origin"]["clientSeq"] == seq
+        })
+        .await;
+    assert_eq!(echo["action"]["title"], "]2;pwnok", "{echo}");
+    let root = a
+        .wait_envelope("the catalogue after the rename", RPC_TIMEOUT, |e| {
+            e["action"]["type"] == "root/terminalsChanged"
+                && e["action"]["terminals"]
+                    .as_array()
+                    .is_some_and(|l| l.iter().any(|r| r["title"] == "]2;pwnok"))
+        })
+        .await;
+    assert!(!root.to_string().contains("\\u001b"), "{root}");
+
+    // A lone surrogate: the input arrives with U+FFFD in its place.
+    a.type_text(&t, "stty -echo; cat -v\r").await;
+    a.wait_envelope("cat to start", SHELL_TIMEOUT, |e| {
+        e["action"]["type"] == "terminal/commandExecuted"
+    })
+    .await;
+    a.send_text(&format!(
+        r#"{{"jsonrpc":"2.0","method":"dispatchAction","params":{{"channel":"{t}","clientSeq":900,"action":{{"type":"terminal/input","data":"lone\ud800one\r"}}}}}}"#
+    ))
+    .await;
+    let echo = a
+        .wait_envelope("the input echo", RPC_TIMEOUT, |e| {
+            e["origin"]["clientSeq"] == 900
+        })
+        .await;
+    assert_eq!(echo["action"]["data"], "lone\u{fffd}one\r", "{echo}");
+    assert!(echo["rejectionReason"].is_null(), "{echo}");
+    // cat -v shows the three bytes of U+FFFD.
+    a.wait_data(&t, "loneM-oM-?M-=one", SHELL_TIMEOUT).await;
+
+    // 9 MiB of input (more than the 8 MiB a terminal queues): rejected, echoed as its type.
+    let big = format!(
+        r#"{{"jsonrpc":"2.0","method":"dispatchAction","params":{{"channel":"{t}","clientSeq":901,"action":{{"type":"terminal/input","data":"{}"}}}}}}"#,
+        "z".repeat(9 << 20)
+    );
+    a.send_text(&big).await;
+    let rejected = a
+        .wait_envelope("the rejection", RPC_TIMEOUT, |e| {
+            e["origin"]["clientSeq"] == 901
+        })
+        .await;
+    let text = rejected.to_string();
+    assert!(
+        text.len() < 2048,
+        "the rejection echoes {} bytes",
+        text.len()
+    );
+    assert_eq!(
+        rejected["action"],
+        json!({"type": "terminal/input"}),
+        "{text}"
+    );
+    assert!(
+        rejected["rejectionReason"]
+            .as_str()
+            .is_some_and(|r| r.contains("input queue full")),
+        "{text}"
+    );
+    by.finish().assert_fast("small hostile inputs", 5);
+}
+
+/// Limits of 0 are refused at start with one line and exit status 2; a `cwd` the daemon may
+/// not enter is a -32602 naming it, not "cannot start the shell".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zero_limits_and_forbidden_directories_are_named() {
+    for flag in [
+        "--max-terminals",
+        "--max-subscriptions",
+        "--max-connections",
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_ahpty"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--no-auth", flag, "0"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flag} 0: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{flag} 0: {err}");
+        assert!(err.contains(&format!("{flag} 0")), "{err}");
+    }
+
+    // A directory the daemon's user may not enter: as root, run the daemon as nobody.
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let home = tempfile::tempdir().unwrap();
+    let locked = home.path().join("locked");
+    std::fs::create_dir(&locked).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(
+        &locked,
+        std::fs::Permissions::from_mode(if root { 0o700 } else { 0o000 }),
+    )
+    .unwrap();
+    std::fs::set_permissions(home.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let args = [
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--no-auth",
+        "--shell",
+        "/bin/sh",
+        "--no-shell-integration",
+    ];
+    let mut cmd = if root {
+        let mut c = std::process::Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(env!("CARGO_BIN_EXE_ahpty"));
+        c
+    } else {
+        std::process::Command::new(env!("CARGO_BIN_EXE_ahpty"))
+    };
+    cmd.args(args)
+        .env("HOME", "/")
+        .env("RUST_LOG", "info")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    let d = Daemon::start_command(tempfile::tempdir().unwrap(), cmd);
+    let (mut a, _) = Raw::connect_init(&d.url(), "cwd", &[]).await;
+    let r = a
+        .request(
+            "createTerminal",
+            json!({"channel": term_uri("cwd"), "cwd": locked.to_str().unwrap(),
+                   "claim": {"kind": "client", "clientId": "cwd"}}),
+        )
+        .await;
+    let msg = r["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert_eq!(Raw::code(&r), Some(-32602), "{r}");
+    assert!(
+        msg.contains(locked.to_str().unwrap()) && msg.contains("may not enter"),
+        "{msg}"
+    );
+    // Readable directories still work.
+    let ok = a
+        .request(
+            "createTerminal",
+            json!({"channel": term_uri("cwd-ok"), "cwd": "/",
+                   "claim": {"kind": "client", "clientId": "cwd"}}),
+        )
+        .await;
+    assert!(ok.get("result").is_some(), "{ok}");
+}

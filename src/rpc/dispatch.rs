@@ -89,7 +89,7 @@ impl RpcConnection {
 
     /// Handles one frame's text. A frame of [`BIG_FRAME_BYTES`] or more is parsed and handled
     /// off the async worker threads, as are the requests whose answers can be large
-    /// (`initialize`, `reconnect`, `subscribe`).
+    /// (`subscribe`, and `initialize`/`reconnect` listing channels).
     pub async fn handle_text(&mut self, text: &str) -> Flow {
         let big = text.len() >= BIG_FRAME_BYTES;
         match offload(big, || frame::parse(text)) {
@@ -149,9 +149,13 @@ impl RpcConnection {
                 self.reply(&id, Ok(Value::Null));
                 return Flow::Continue;
             }
-            "initialize" => return offload(true, || self.initialize(id, params)),
+            "initialize" => {
+                let heavy = big || has_entries(&params, "initialSubscriptions");
+                return offload(heavy, || self.initialize(id, params));
+            }
             "reconnect" if !self.initialized => {
-                offload(true, || self.reconnect(id, params));
+                let heavy = big || has_entries(&params, "subscriptions");
+                offload(heavy, || self.reconnect(id, params));
                 return Flow::Continue;
             }
             _ => {}
@@ -373,6 +377,14 @@ impl Drop for RpcConnection {
     fn drop(&mut self) {
         self.host.disconnect(self.conn);
     }
+}
+
+/// Whether `params[field]` is a non-empty array (answers with snapshots may then be large).
+fn has_entries(params: &Value, field: &str) -> bool {
+    params
+        .get(field)
+        .and_then(Value::as_array)
+        .is_some_and(|a| !a.is_empty())
 }
 
 /// A `clientId` (initialize, reconnect): at most [`validate::MAX_ID_BYTES`] → else -32602.
