@@ -123,7 +123,7 @@ impl Bystander {
                 let _ = ready_tx.send(());
                 let mut samples = Samples::default();
                 let mut n = 0u64;
-                let mut tick = tokio::time::interval(Duration::from_millis(5));
+                let mut tick = tokio::time::interval(Duration::from_millis(10));
                 while !flag.load(Ordering::Acquire) {
                     tick.tick().await;
                     let t0 = Instant::now();
@@ -423,9 +423,11 @@ fn idle_flood(
     (open, total, set)
 }
 
-/// While 500 idle sockets are held open (re-opened as the daemon closes them), legitimate
+/// While 500 idle sockets are held open (re-opened if the daemon closes them), legitimate
 /// clients still connect (upgrade and `initialize`) within a second each, with and without
-/// token authentication, and a connected bystander is not slowed down.
+/// token authentication, and a connected bystander is not slowed down. (The kernel holds the
+/// idle sockets back, `TCP_DEFER_ACCEPT`; the eviction behind it is tested below and in
+/// `server::pending`.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn idle_sockets_do_not_lock_clients_out() {
     let _serial = SERIAL.lock().await;
@@ -454,8 +456,14 @@ async fn idle_sockets_do_not_lock_clients_out() {
             );
             tokio::task::yield_now().await;
         }
+        // At first they cost the daemon nothing: the kernel holds them back.
+        let daemon_fds = open_fds(d.pid());
+        // Legitimate clients every 600 ms, for 2.4 s: also while the kernel hands the idle
+        // sockets over (after about a second) and they are evicted and re-opened.
         let mut took = Vec::new();
+        let mut every = tokio::time::interval(Duration::from_millis(600));
         for k in 0..5 {
+            every.tick().await;
             let t0 = Instant::now();
             let id = format!("legit-{k}");
             let connect = Raw::connect_init(&url, &id, &[]);
@@ -480,13 +488,16 @@ async fn idle_sockets_do_not_lock_clients_out() {
         };
         eprintln!(
             "{what}: legitimate connects took {took:?}; {reopened} idle connects, {still_open} \
-             held open at the end"
+             held open at the end; the daemon had {daemon_fds} descriptors open"
         );
         assert!(
             took.iter().all(|t| *t < Duration::from_secs(1)),
             "{what}: a legitimate connect took over 1 s: {took:?}"
         );
-        assert!(reopened > 500, "{what}: the daemon closed no idle socket");
+        assert!(
+            daemon_fds < 64,
+            "{what}: the daemon holds {daemon_fds} descriptors with 500 idle sockets open"
+        );
         samples.assert_fast(&format!("idle sockets, {what}"), 5);
         assert!(!d.stderr().contains("panicked"), "{}", d.stderr());
     }
@@ -892,13 +903,15 @@ async fn running_out_of_descriptors_neither_spins_nor_hangs() {
     let d = daemon_with_ulimit("ulimit -n 64", &[]);
     let pid = d.pid();
     let addr: std::net::SocketAddr = d.addr().parse().unwrap();
-    // Idle sockets from four addresses (32 pending slots each) use up the descriptors.
+    // Stalled requests from four addresses (32 pending slots each) use up the descriptors.
     let mut held = Vec::new();
     for k in 0..128u8 {
         let s = tokio::net::TcpSocket::new_v4().unwrap();
         s.bind(std::net::SocketAddr::from(([127, 0, 0, 2 + k % 4], 0)))
             .unwrap();
-        held.push(s.connect(addr).await.unwrap());
+        let mut s = s.connect(addr).await.unwrap();
+        s.write_all(b"GET / HTTP/1.1\r\n").await.unwrap();
+        held.push(s);
     }
     // A client now gets an answer, not a hang.
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();

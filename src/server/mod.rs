@@ -168,13 +168,14 @@ impl Server {
         for listen in &config.listen {
             match listen {
                 Listen::Tcp(addr) => {
-                    let listener = TcpListener::bind(addr).await.map_err(|e| {
+                    let listener = listen_tcp(*addr).map_err(|e| {
                         io::Error::new(
                             e.kind(),
                             format!("cannot listen on {addr}: {}", describe(&e)),
                         )
                     })?;
                     let addr = listener.local_addr()?;
+                    pending::defer_accept(&listener);
                     let policy = UpgradePolicy::new(
                         &config.allow_origins,
                         addr.ip().is_loopback(),
@@ -403,6 +404,24 @@ pub async fn serve(config: &Config, shutdown: impl Future<Output = ()>) -> io::R
     let server = Server::bind(config).await?;
     server.run(shutdown).await;
     Ok(())
+}
+
+/// Connections the kernel may hold for a TCP listener before `accept` (`listen(2)` backlog,
+/// capped by `net.core.somaxconn`). Large, because with `TCP_DEFER_ACCEPT` idle sockets wait
+/// in this queue instead of in a pending-handshake slot.
+const LISTEN_BACKLOG: u32 = 4096;
+
+/// A TCP listener on `addr` (`SO_REUSEADDR`, like the standard library's) with a
+/// [`LISTEN_BACKLOG`] backlog.
+fn listen_tcp(addr: SocketAddr) -> io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
 }
 
 fn describe(e: &io::Error) -> String {

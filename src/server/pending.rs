@@ -11,7 +11,9 @@
 //!   with HTTP 503 ([`refuse`]).
 //!
 //! A legitimate client sends its request as soon as it is connected and completes its
-//! upgrade in milliseconds, so a flood of idle (or slow) sockets only ever evicts itself.
+//! upgrade in milliseconds, so a flood of idle (or slow) sockets only ever evicts itself. On
+//! TCP listeners the kernel also holds back connections that have sent nothing
+//! ([`defer_accept`]), so idle sockets do not even reach this table for a while.
 //! Touches only sockets; knows nothing of AHP.
 
 use std::collections::{BTreeMap, HashMap};
@@ -48,6 +50,33 @@ const MAX_REFUSALS_IN_FLIGHT: usize = 64;
 /// How long a refused socket is read (and discarded) after the 503, so that closing it does
 /// not reset the connection before the client has read the answer.
 const REFUSAL_LINGER: Duration = Duration::from_millis(500);
+
+/// How long the kernel holds back a TCP connection that has sent nothing (see
+/// [`defer_accept`]), in seconds.
+pub const DEFER_ACCEPT_SECS: libc::c_int = 1;
+
+/// Asks the kernel to hand a TCP connection to `accept` only once it has sent data, or after
+/// about [`DEFER_ACCEPT_SECS`] (`TCP_DEFER_ACCEPT`): every real client speaks first (an HTTP
+/// request or a TLS ClientHello) and is accepted at once, while idle sockets wait in the
+/// kernel's queue and reach the pending table only slowly. A failure only costs that first
+/// line of defence.
+pub fn defer_accept(listener: &tokio::net::TcpListener) {
+    use std::os::fd::AsRawFd;
+    let seconds = DEFER_ACCEPT_SECS;
+    // SAFETY: setsockopt reads one c_int from a valid pointer.
+    let rc = unsafe {
+        libc::setsockopt(
+            listener.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_DEFER_ACCEPT,
+            (&seconds as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        tracing::debug!(error = %io::Error::last_os_error(), "TCP_DEFER_ACCEPT not set");
+    }
+}
 
 /// Who a pending socket belongs to, for the per-address bound.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

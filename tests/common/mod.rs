@@ -42,7 +42,11 @@ pub fn daemon_command(home: &std::path::Path, args: &[&str]) -> Command {
     cmd.arg("serve")
         .args(args)
         .env("HOME", home)
-        .env("RUST_LOG", "info")
+        // AHPTY_TEST_LOG (e.g. `debug`) raises the daemons' log level when investigating.
+        .env(
+            "RUST_LOG",
+            std::env::var("AHPTY_TEST_LOG").unwrap_or_else(|_| "info".into()),
+        )
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
