@@ -18,6 +18,10 @@ use tokio_tungstenite::tungstenite::Message;
 /// The latency a bystander may see while an attack runs.
 const BOUND: Duration = Duration::from_millis(100);
 
+/// How often a condition the daemon does not announce (a file appearing, a count reached) is
+/// checked while waiting for it, with a deadline.
+const POLL: Duration = Duration::from_millis(10);
+
 /// The attacks measure latency: run them one at a time so that one test's attack is not
 /// another test's background load.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -224,13 +228,23 @@ async fn huge_requests_do_not_freeze_the_daemon() {
     .await;
     a.request("subscribe", json!({"channel": big})).await;
     a.ready(&big).await;
+    // Filled without a subscriber (this process need not decode the megabyte); a file says
+    // when it is done.
+    a.request("unsubscribe", json!({"channel": big})).await;
+    let filled = d.home().join("filled");
     a.type_text(
         &big,
-        "head -c 1000000 /dev/zero | tr '\\0' x; echo; echo fill-$((6*7))\r",
+        &format!(
+            "head -c 1000000 /dev/zero | tr '\\0' x; echo; touch {}\r",
+            filled.display()
+        ),
     )
     .await;
-    a.wait_data(&big, "fill-42", SHELL_TIMEOUT).await;
-    a.request("unsubscribe", json!({"channel": big})).await;
+    let deadline = Instant::now() + SHELL_TIMEOUT;
+    while !filled.exists() {
+        assert!(Instant::now() < deadline, "the scrollback was not filled");
+        tokio::time::sleep(POLL).await;
+    }
     let long_title = "\u{1F600}".repeat(4096);
     let mut named = Vec::new();
     for k in 0..8 {
@@ -454,7 +468,7 @@ async fn idle_sockets_do_not_lock_clients_out() {
                 Instant::now() < deadline,
                 "the flood did not open 500 sockets"
             );
-            tokio::task::yield_now().await;
+            tokio::time::sleep(POLL).await;
         }
         // At first they cost the daemon nothing: the kernel holds them back.
         let daemon_fds = open_fds(d.pid());
@@ -656,7 +670,7 @@ async fn an_escaped_process_does_not_keep_the_daemon_busy() {
             break p;
         }
         assert!(Instant::now() < deadline, "the escapee did not start");
-        tokio::task::yield_now().await;
+        tokio::time::sleep(POLL).await;
     };
     let _guard = KillOnDrop(escapee);
     // It really left the session, and writes to the terminal's pty.

@@ -147,23 +147,24 @@ impl PtyIo {
     }
 }
 
-/// Reads pty output; returns end of file once stopped.
-struct Reader(Arc<PtyIo>);
-
-impl Read for Reader {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+impl PtyIo {
+    /// Runs `op`, a non-blocking `read(2)` or `write(2)` on the pty, until it succeeds
+    /// (`Some(bytes)`), waiting for `events` whenever it would block; `None` once stopped.
+    fn transfer(
+        &self,
+        events: libc::c_short,
+        mut op: impl FnMut(RawFd) -> isize,
+    ) -> io::Result<Option<usize>> {
         loop {
-            // SAFETY: reads at most buf.len() bytes into buf.
-            let n =
-                unsafe { libc::read(self.0.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+            let n = op(self.fd.as_raw_fd());
             if n >= 0 {
-                return Ok(n as usize);
+                return Ok(Some(n as usize));
             }
             let e = io::Error::last_os_error();
             match e.kind() {
                 io::ErrorKind::WouldBlock => {
-                    if !self.0.wait(libc::POLLIN)? {
-                        return Ok(0);
+                    if !self.wait(events)? {
+                        return Ok(None);
                     }
                 }
                 io::ErrorKind::Interrupted => {}
@@ -173,31 +174,27 @@ impl Read for Reader {
     }
 }
 
+/// Reads pty output; returns end of file once stopped.
+struct Reader(Arc<PtyIo>);
+
+impl Read for Reader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        // SAFETY: reads at most buf.len() bytes into buf.
+        let read = |fd| unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        Ok(self.0.transfer(libc::POLLIN, read)?.unwrap_or(0))
+    }
+}
+
 /// Writes pty input; fails once stopped.
 struct Writer(Arc<PtyIo>);
 
 impl Write for Writer {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        loop {
-            // SAFETY: writes at most buf.len() bytes from buf.
-            let n = unsafe { libc::write(self.0.fd.as_raw_fd(), buf.as_ptr().cast(), buf.len()) };
-            if n >= 0 {
-                return Ok(n as usize);
-            }
-            let e = io::Error::last_os_error();
-            match e.kind() {
-                io::ErrorKind::WouldBlock => {
-                    if !self.0.wait(libc::POLLOUT)? {
-                        return Err(io::Error::new(
-                            io::ErrorKind::BrokenPipe,
-                            "the terminal is being disposed",
-                        ));
-                    }
-                }
-                io::ErrorKind::Interrupted => {}
-                _ => return Err(e),
-            }
-        }
+        // SAFETY: writes at most buf.len() bytes from buf.
+        let write = |fd| unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) };
+        self.0.transfer(libc::POLLOUT, write)?.ok_or_else(|| {
+            io::Error::new(io::ErrorKind::BrokenPipe, "the terminal is being disposed")
+        })
     }
 
     fn flush(&mut self) -> io::Result<()> {
