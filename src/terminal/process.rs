@@ -413,6 +413,12 @@ fn spawn_on_tty(req: &SpawnRequest, tty: &std::path::Path) -> Option<io::Result<
             .filter(|(k, _)| !req.env_remove.contains(k) && !req.env.iter().any(|(o, _)| o == k))
             .collect();
         env.extend(req.env.iter().cloned());
+        // Like portable-pty's spawn: SHELL names the user's shell when the daemon has none.
+        if !env.iter().any(|(k, _)| k == "SHELL") {
+            if let Some(shell) = login_shell() {
+                env.push(("SHELL".into(), shell));
+            }
+        }
         let mut envp = Vec::with_capacity(env.len());
         for (k, v) in &env {
             let mut kv = k.clone();
@@ -507,6 +513,29 @@ fn spawn_on_tty(req: &SpawnRequest, tty: &std::path::Path) -> Option<io::Result<
         } else {
             Err(io::Error::from_raw_os_error(rc))
         })
+    }
+}
+
+/// The login shell of this process's user, from the password database.
+fn login_shell() -> Option<OsString> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut buf = vec![0 as libc::c_char; 4096];
+    // SAFETY: getpwuid_r fills `pw` with pointers into `buf`, which outlives their use here.
+    unsafe {
+        let mut pw: libc::passwd = std::mem::zeroed();
+        let mut found: *mut libc::passwd = std::ptr::null_mut();
+        let rc = libc::getpwuid_r(
+            libc::geteuid(),
+            &mut pw,
+            buf.as_mut_ptr(),
+            buf.len(),
+            &mut found,
+        );
+        if rc != 0 || found.is_null() || pw.pw_shell.is_null() {
+            return None;
+        }
+        let shell = std::ffi::CStr::from_ptr(pw.pw_shell).to_bytes();
+        (!shell.is_empty()).then(|| std::ffi::OsStr::from_bytes(shell).to_owned())
     }
 }
 
