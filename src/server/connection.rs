@@ -41,6 +41,9 @@ use serde_json::value::RawValue;
 /// ([`Config::handshake_timeout`] overrides it).
 pub const HANDSHAKE_TIMEOUT: Duration = crate::config::DEFAULT_HANDSHAKE_TIMEOUT;
 
+/// Read buffer of a WebSocket connection, in bytes.
+const READ_BUFFER_BYTES: usize = 16 * 1024;
+
 /// How long to wait for the peer after sending a close frame.
 const CLOSE_LINGER: Duration = Duration::from_secs(1);
 
@@ -190,7 +193,11 @@ pub async fn serve<S>(
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let deadline = started + ctx.handshake_timeout;
+    // Clients send small messages (input, requests): a 16 KiB read buffer (tungstenite's
+    // default is 128 KiB, allocated and zeroed per connection) keeps connections cheap; large
+    // messages are still read whole.
     let config = WebSocketConfig::default()
+        .read_buffer_size(READ_BUFFER_BYTES)
         .max_message_size(Some(ctx.max_message_bytes))
         .max_frame_size(Some(ctx.max_message_bytes));
     let mut slot: Option<OwnedSemaphorePermit> = None;
