@@ -147,7 +147,7 @@ async fn the_daemon_uses_the_file_and_the_environment() {
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
-    let d = Daemon::spawn(cmd, home);
+    let d = Daemon::start_command(home, cmd);
     assert!(d.stderr().contains("settings from"), "{}", d.stderr());
     let (mut raw, _) = Raw::connect_init(&d.url(), "cfg", &[]).await;
     let claim = json!({"kind": "client", "clientId": "cfg"});
@@ -367,7 +367,10 @@ fn the_readme_options_table_matches_the_defaults() {
                 panic!("README documents {flag}, which is no setting");
             };
             let ok = match default.as_str() {
-                "" | "[]" => readme_default == "—" || ["shell", "socket", "agent_env"].contains(&key.as_str()),
+                "" | "[]" => {
+                    readme_default == "—"
+                        || ["shell", "socket", "agent_env"].contains(&key.as_str())
+                }
                 "false" => readme_default == "off",
                 d if d.starts_with('"') => {
                     let parse = |s: &str| humantime::parse_duration(s.trim_matches('"')).ok();

@@ -1,6 +1,6 @@
 //! Limits against a hostile client that hold for every entry point: input echoes cannot grow
 //! the daemon's memory without bound, terminal names are capped like titles, and the
-//! subscription limit also binds `initialize` and `reconnect`.
+//! subscription limit also binds `initialize` and `reconnect` (whose lists are bounded too).
 
 mod common;
 
@@ -108,11 +108,30 @@ async fn subscription_limit_binds_initialize_and_reconnect() {
     for u in &uris {
         owner.create_terminal(u, json!({})).await.expect("create");
     }
+    // Lists may hold twice --max-subscriptions entries; only that many channels are taken.
     let mut subs: Vec<&str> = vec![ROOT];
-    subs.extend(uris.iter().map(String::as_str));
+    subs.extend(uris.iter().take(3).map(String::as_str));
 
     let (_, init) = Raw::connect_init(&daemon.url(), "greedy", &subs).await;
     assert_eq!(init["snapshots"].as_array().unwrap().len(), 2, "{init}");
+
+    // A longer list is refused, naming the field and the limit.
+    let mut too_many = subs.clone();
+    too_many.push(&uris[3]);
+    let mut r = Raw::connect(&daemon.url()).await;
+    let resp = r
+        .request(
+            "initialize",
+            json!({"channel": ROOT, "protocolVersions": ["1.0.0"], "clientId": "greedy3",
+                   "initialSubscriptions": too_many}),
+        )
+        .await;
+    assert_eq!(Raw::code(&resp), Some(-32602), "{resp}");
+    let msg = resp["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("initialSubscriptions") && msg.contains("at most 4"),
+        "{msg}"
+    );
 
     let mut r = Raw::connect(&daemon.url()).await;
     let resp = r

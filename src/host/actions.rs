@@ -8,15 +8,39 @@ use serde_json::Value;
 
 use super::channel::{self, ChannelKind};
 use super::{outbox, validate, ConnId, Host, Inner};
-use crate::rpc::{frame, version};
+use crate::rpc::{error, frame, version};
 use crate::terminal;
 
+/// Inputs of at least this many bytes are encoded before the host lock is taken.
+const PRE_ENCODE_BYTES: usize = 16 * 1024;
+
 impl Host {
-    /// `dispatchAction` (notes §7.2): validates a client action; accepted ones are reduced,
+    /// `dispatchAction`: validates a client action; accepted ones are reduced,
     /// echoed with `origin` to every subscriber and then take effect (pty write, resize);
     /// rejected ones go back, with a `rejectionReason`, to the dispatching connection only
-    /// (D3). Actions for channels that do not exist are ignored.
+    /// (D3; the action is echoed as [`validate::rejection_echo`] keeps it). Actions for
+    /// channels that do not exist are ignored. Validation runs before the host lock is taken.
     pub fn dispatch(&self, conn: ConnId, channel: &str, client_seq: i64, action: Value) {
+        let kind = channel::classify(channel);
+        let verdict = match kind {
+            ChannelKind::Root => Err(validate::root_action_rejection(&action)),
+            ChannelKind::Terminal => validate::terminal_action(&action),
+            _ => {
+                tracing::debug!("action for an unknown channel ignored");
+                return;
+            }
+        };
+        // A claim (bounded in size) is kept whole: a pre-0.9 client's may need upgrading below.
+        let claim_raw = (action.get("type").and_then(Value::as_str) == Some("terminal/claimed"))
+            .then(|| action.clone());
+        let action = validate::rejection_echo(action);
+        // A large input is encoded here, not under the lock (its echo goes to every subscriber).
+        let encoded = match &verdict {
+            Ok(a @ StateAction::TerminalInput(i)) if i.data.len() >= PRE_ENCODE_BYTES => {
+                serde_json::to_string(a).ok()
+            }
+            _ => None,
+        };
         let mut inner = self.lock();
         let Some(client_id) = inner
             .connections
@@ -29,22 +53,24 @@ impl Host {
             client_id,
             client_seq,
         };
-        match channel::classify(channel) {
-            ChannelKind::Root => {
-                let reason = validate::root_action_rejection(&action);
-                inner.reject(conn, channel, action, origin, reason);
-            }
-            ChannelKind::Terminal if inner.terminals.contains_key(channel) => {
-                // A pre-0.9 client's chat-less session claim gets its chat (docs/protocol.md).
-                let mut action = action;
-                if !inner.wire_of(conn).is_current() {
-                    if let Some(t) = inner.terminals.get(channel) {
-                        version::upgrade_action(&mut action, &t.state.claim);
+        match (kind, verdict) {
+            (ChannelKind::Root, Err(reason)) => inner.reject(conn, channel, action, origin, reason),
+            (ChannelKind::Terminal, verdict) if inner.terminals.contains_key(channel) => {
+                // A pre-0.9 client's chat-less session claim gets its chat (docs/protocol.md),
+                // which depends on the current claim: upgraded and validated again here.
+                let (action, verdict) = match (claim_raw, inner.terminals.get(channel)) {
+                    (Some(mut raw), Some(t)) if !inner.wire_of(conn).is_current() => {
+                        version::upgrade_action(&mut raw, &t.state.claim);
+                        let verdict = validate::terminal_action(&raw);
+                        (validate::rejection_echo(raw), verdict)
                     }
-                }
-                match validate::terminal_action(&action) {
+                    _ => (action, verdict),
+                };
+                match verdict {
                     Err(reason) => inner.reject(conn, channel, action, origin, reason),
-                    Ok(typed) => inner.apply_client_action(conn, channel, typed, action, origin),
+                    Ok(typed) => {
+                        inner.apply_client_action(conn, channel, typed, action, origin, encoded)
+                    }
                 }
             }
             _ => tracing::debug!(%channel, "action for an unknown channel ignored"),
@@ -53,7 +79,8 @@ impl Host {
 }
 
 impl Inner {
-    /// Applies a validated client action (`raw` is its JSON as received, for a rejection).
+    /// Applies a validated client action (`raw` is what a rejection echoes of it; `encoded`
+    /// its JSON if already encoded).
     pub(super) fn apply_client_action(
         &mut self,
         conn: ConnId,
@@ -61,6 +88,7 @@ impl Inner {
         action: StateAction,
         raw: Value,
         origin: ActionOrigin,
+        encoded: Option<String>,
     ) {
         let holder_connected = self
             .terminals
@@ -100,7 +128,7 @@ impl Inner {
                 }
                 let process = t.process.clone();
                 let bytes = input.data.clone().into_bytes();
-                self.emit_terminal(uri, action, Some(origin));
+                self.emit_terminal_encoded(uri, action, Some(origin), encoded);
                 // Checked above; only the pty vanishing can fail here, and then the exit
                 // follows on its own.
                 let _ = process.write(bytes);
@@ -147,7 +175,9 @@ impl Inner {
         }
     }
 
-    /// Sends a rejected action back to its dispatcher only (decision D3).
+    /// Sends a rejected action back to its dispatcher only (decision D3). `raw` is what
+    /// [`validate::rejection_echo`] kept of the action; the reason is clipped to
+    /// [`error::MAX_MESSAGE_BYTES`].
     pub(super) fn reject(
         &mut self,
         conn: ConnId,
@@ -156,6 +186,7 @@ impl Inner {
         origin: ActionOrigin,
         reason: String,
     ) {
+        let reason = error::clip(reason, error::MAX_MESSAGE_BYTES);
         let seq = self.next_seq();
         tracing::debug!(%channel, %reason, "action rejected");
         let envelope = ActionEnvelope {

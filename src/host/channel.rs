@@ -7,7 +7,11 @@ use std::path::{Path, PathBuf};
 
 use url::Url;
 
+use super::validate::MAX_URI_BYTES;
 use crate::rpc::error::RpcError;
+
+/// Longest `createTerminal.cwd`, in bytes (the kernel's `PATH_MAX`).
+pub const MAX_CWD_BYTES: usize = 4096;
 
 /// URI schemes reserved by AHP; never accepted as terminal keys.
 pub const RESERVED_SCHEMES: &[&str] = &[
@@ -39,10 +43,17 @@ pub enum ChannelKind {
     Invalid(String),
 }
 
-/// Classifies a channel string.
+/// Classifies a channel string. One longer than [`MAX_URI_BYTES`] is `Invalid` (and is not
+/// parsed).
 pub fn classify(channel: &str) -> ChannelKind {
     if channel == ROOT {
         return ChannelKind::Root;
+    }
+    if channel.len() > MAX_URI_BYTES {
+        return ChannelKind::Invalid(format!(
+            "a URI of {} bytes is longer than the limit of {MAX_URI_BYTES} bytes",
+            channel.len()
+        ));
     }
     match Url::parse(channel) {
         Ok(url) => match url.scheme() {
@@ -74,11 +85,18 @@ pub fn check_new_terminal_uri(channel: &str) -> Result<(), RpcError> {
     }
 }
 
-/// Resolves a `createTerminal.cwd` (D4) to an existing directory.
+/// Resolves a `createTerminal.cwd` (D4) to an existing directory the daemon may enter.
 ///
-/// Errors: a relative path, another URI scheme or a non-directory → -32602 naming it; a path
-/// that does not exist → -32008 naming it. Never falls back to another directory.
+/// Errors: a relative path, another URI scheme, a non-directory, a directory the daemon has no
+/// permission to enter, or more than [`MAX_CWD_BYTES`] → -32602 naming it; a path that does
+/// not exist → -32008 naming it. Never falls back to another directory.
 pub fn resolve_cwd(cwd: &str) -> Result<PathBuf, RpcError> {
+    if cwd.len() > MAX_CWD_BYTES {
+        return Err(RpcError::invalid_params(format!(
+            "cwd: {} bytes is longer than the limit of {MAX_CWD_BYTES} bytes",
+            cwd.len()
+        )));
+    }
     let path = if cwd.starts_with('/') {
         PathBuf::from(cwd)
     } else if let Ok(url) = Url::parse(cwd) {
@@ -96,7 +114,13 @@ pub fn resolve_cwd(cwd: &str) -> Result<PathBuf, RpcError> {
         )));
     };
     match std::fs::metadata(&path) {
-        Ok(m) if m.is_dir() => Ok(path),
+        Ok(m) if m.is_dir() => match may_enter(&path) {
+            Ok(()) => Ok(path),
+            Err(e) => Err(RpcError::invalid_params(format!(
+                "cwd: the daemon may not enter {}: {e}",
+                path.display()
+            ))),
+        },
         Ok(_) => Err(RpcError::invalid_params(format!(
             "cwd: {} is not a directory",
             path.display()
@@ -109,6 +133,19 @@ pub fn resolve_cwd(cwd: &str) -> Result<PathBuf, RpcError> {
             "cwd: cannot use {}: {e}",
             path.display()
         ))),
+    }
+}
+
+/// Whether this process may make `dir` its working directory (search permission, `X_OK`).
+fn may_enter(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::other("the path holds a NUL byte"))?;
+    // SAFETY: `c` is a valid NUL-terminated string for the duration of the call.
+    if unsafe { libc::access(c.as_ptr(), libc::X_OK) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
     }
 }
 

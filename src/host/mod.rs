@@ -34,6 +34,7 @@ use std::time::Instant;
 
 use ahp_types::state::{RootState, Snapshot, SnapshotState, TerminalState};
 use tokio::sync::Notify;
+use tokio_tungstenite::tungstenite::Utf8Bytes;
 
 use crate::config::Config;
 use crate::rpc::error::RpcError;
@@ -45,6 +46,9 @@ use history::History;
 pub use outbox::{Outbox, OutboxReceiver, Outgoing};
 pub use resume::{CLOSE_SUPERSEDED, MAX_REPLAY_BYTES};
 pub use terminals::MAX_DATA_BYTES;
+
+/// Channels looked up per lock acquisition when checking a long list (see `Host::existing`).
+const LOOKUP_CHUNK: usize = 64;
 
 /// Identifies one connection for the life of the daemon.
 pub type ConnId = u64;
@@ -67,12 +71,9 @@ struct Inner {
     terminals: HashMap<String, TerminalEntry>,
     /// Live connections per `clientId` (for reaping and reconnect).
     clients: HashMap<String, usize>,
-    /// Every `clientId` that presented itself since the daemon started: only those can be
-    /// resumed by replay (another daemon's `serverSeq` means nothing here).
-    seen_clients: HashSet<String>,
-    /// The wire shapes each `clientId` negotiated last, for its `reconnect`; only clients of
-    /// a version before 0.9.0 are listed (see `versions.rs`).
-    client_wires: HashMap<String, Wire>,
+    /// The `clientId`s that presented themselves recently (bounded in count and age): only
+    /// those can be resumed by replay (another daemon's `serverSeq` means nothing here).
+    seen_clients: resume::RecentClients,
     /// URIs whose `createTerminal` is spawning the process.
     reserved: HashSet<String>,
     /// Most subscriptions per connection (`--max-subscriptions`).
@@ -90,6 +91,22 @@ struct ConnEntry {
     client_id: Option<String>,
     /// The shapes envelopes are encoded in for this connection.
     wire: Wire,
+    /// Every channel this connection subscribes to (the root and terminal URIs), so that
+    /// counting, checking and dropping its subscriptions never scans every terminal.
+    subscriptions: HashSet<String>,
+    /// `Some` while an answer to this connection is being encoded outside the lock (see
+    /// [`Host::answer`]): envelopes for it wait here, in order, and follow the answer.
+    held: Option<Vec<Utf8Bytes>>,
+}
+
+impl ConnEntry {
+    /// Queues a message for the socket, behind an answer being encoded if there is one.
+    fn deliver(&mut self, text: Utf8Bytes) {
+        match &mut self.held {
+            Some(held) => held.push(text),
+            None => self.outbox.send(text),
+        }
+    }
 }
 
 struct TerminalEntry {
@@ -108,6 +125,9 @@ struct TerminalEntry {
     orphaned_since: Option<Instant>,
     /// Creation time, Unix milliseconds.
     created_ms: i64,
+    /// This terminal's row of the root catalogue (`TerminalInfo`) as JSON, kept until its
+    /// title, claim or lifecycle changes, so a catalogue update encodes only what changed.
+    info_json: Option<String>,
 }
 
 impl Host {
@@ -130,8 +150,10 @@ impl Host {
                 root_history: History::new(history::ROOT_HISTORY_BYTES, 0),
                 terminals: HashMap::new(),
                 clients: HashMap::new(),
-                seen_clients: HashSet::new(),
-                client_wires: HashMap::new(),
+                seen_clients: resume::RecentClients::new(
+                    resume::MAX_REMEMBERED_CLIENTS,
+                    resume::REMEMBER_CLIENTS_FOR,
+                ),
                 reserved: HashSet::new(),
                 max_subscriptions: config.max_subscriptions,
                 scrollback_bytes: config.scrollback_bytes,
@@ -152,6 +174,13 @@ impl Host {
         }
     }
 
+    /// Most entries accepted in `initialSubscriptions` and `reconnect.subscriptions`: twice
+    /// `--max-subscriptions` (room for stale entries next to a full set of live ones), which
+    /// bounds the work a single request does under the lock.
+    pub fn max_channel_list(&self) -> usize {
+        self.config.max_subscriptions.saturating_mul(2)
+    }
+
     /// `defaultDirectory` of the initialize result: the `file://` URI of the home directory.
     pub fn default_directory(&self) -> String {
         channel::file_uri(&channel::home_dir())
@@ -168,6 +197,8 @@ impl Host {
                 outbox,
                 client_id: None,
                 wire: Wire::Current,
+                subscriptions: HashSet::new(),
+                held: None,
             },
         );
         id
@@ -179,32 +210,80 @@ impl Host {
         inner.drop_connection(conn);
     }
 
+    /// Queues the answer `encode` builds for `conn`, encoding it *after* releasing `inner`, so
+    /// that the size of an answer (snapshots, a replay, a `missing` list) never holds the lock.
+    /// Ordering is kept as if it were queued under the lock: until the answer is queued,
+    /// every envelope for `conn` is held back in its [`ConnEntry`] and follows the answer.
+    fn answer(
+        &self,
+        mut inner: MutexGuard<'_, Inner>,
+        conn: ConnId,
+        encode: impl FnOnce() -> String,
+    ) {
+        match inner.connections.get_mut(&conn) {
+            Some(c) if c.held.is_none() => c.held = Some(Vec::new()),
+            _ => {
+                let text = encode();
+                inner.send(conn, text);
+                return;
+            }
+        }
+        drop(inner);
+        let text = encode();
+        let mut inner = self.lock();
+        if let Some(c) = inner.connections.get_mut(&conn) {
+            c.outbox.send(text);
+            for t in c.held.take().unwrap_or_default() {
+                c.outbox.send(t);
+            }
+        }
+    }
+
+    /// Which of `channels` exist (the root, or a terminal), looked up [`LOOKUP_CHUNK`] at a
+    /// time with the lock released in between, so a long list never holds it for long. The
+    /// answer may be stale by the time the caller takes the lock again: callers re-check the
+    /// channels they keep.
+    fn existing(&self, channels: &[&str]) -> Vec<bool> {
+        let mut out = Vec::with_capacity(channels.len());
+        for chunk in channels.chunks(LOOKUP_CHUNK) {
+            let inner = self.lock();
+            out.extend(
+                chunk
+                    .iter()
+                    .map(|&c| c == channel::ROOT || inner.terminals.contains_key(c)),
+            );
+        }
+        out
+    }
+
     /// Completes `initialize`: records the client id, subscribes the connection to every
-    /// known channel of `subscriptions` (unknown ones are left out), and queues the response
-    /// built by `respond(serverSeq, snapshots)` — all atomically.
+    /// known channel of `subscriptions` (distinct entries, see [`validate::channel_list`];
+    /// unknown ones are left out), and queues the response built by
+    /// `respond(serverSeq, snapshots)`, atomically with respect to `serverSeq` (the response
+    /// is encoded outside the lock).
     pub fn initialize(
         &self,
         conn: ConnId,
         client_id: String,
-        subscriptions: &[String],
+        subscriptions: &[&str],
         respond: impl FnOnce(i64, Vec<Snapshot>) -> String,
     ) {
+        let exists = self.existing(subscriptions);
         let mut inner = self.lock();
         inner.set_client(conn, client_id);
         let mut snapshots = Vec::new();
-        for uri in subscriptions {
-            if let Ok(s) = inner.subscribe(conn, uri) {
-                if !snapshots
-                    .iter()
-                    .any(|x: &Snapshot| x.resource == s.resource)
-                {
-                    snapshots.push(s);
-                }
+        for (&uri, _) in subscriptions.iter().zip(exists).filter(|(_, e)| *e) {
+            let kind = if uri == channel::ROOT {
+                ChannelKind::Root
+            } else {
+                ChannelKind::Terminal
+            };
+            if let Ok(s) = inner.subscribe(conn, uri, kind) {
+                snapshots.push(s);
             }
         }
         let seq = inner.server_seq as i64;
-        let text = respond(seq, snapshots);
-        inner.send(conn, text);
+        self.answer(inner, conn, || respond(seq, snapshots));
     }
 
     /// `subscribe`: takes the snapshot, registers the subscription and queues the response
@@ -218,20 +297,16 @@ impl Host {
         channel: &str,
         respond: impl FnOnce(Result<Snapshot, RpcError>) -> String,
     ) {
+        let kind = channel::classify(channel);
         let mut inner = self.lock();
-        let result = inner.subscribe(conn, channel);
-        let text = respond(result);
-        inner.send(conn, text);
+        let result = inner.subscribe(conn, channel, kind);
+        self.answer(inner, conn, || respond(result));
     }
 
     /// `unsubscribe`: stops delivery on `channel`; unknown channels are ignored.
     pub fn unsubscribe(&self, conn: ConnId, channel: &str) {
         let mut inner = self.lock();
-        if channel == channel::ROOT {
-            inner.root_subscribers.remove(&conn);
-        } else if let Some(t) = inner.terminals.get_mut(channel) {
-            t.subscribers.remove(&conn);
-        }
+        inner.remove_subscriber(conn, channel);
     }
 
     /// Stops accepting terminals, kills every terminal's session and asks every connection
@@ -266,9 +341,9 @@ impl Host {
 }
 
 impl Inner {
-    fn send(&self, conn: ConnId, text: String) {
-        if let Some(c) = self.connections.get(&conn) {
-            c.outbox.send(text);
+    fn send(&mut self, conn: ConnId, text: String) {
+        if let Some(c) = self.connections.get_mut(&conn) {
+            c.deliver(text.into());
         }
     }
 
@@ -280,9 +355,7 @@ impl Inner {
         if let Some(old) = c.client_id.replace(client_id.clone()) {
             decrement(&mut self.clients, &old);
         }
-        if !self.seen_clients.contains(&client_id) {
-            self.seen_clients.insert(client_id.clone());
-        }
+        self.seen_clients.touch(&client_id);
         *self.clients.entry(client_id).or_insert(0) += 1;
         self.refresh_orphans();
     }
@@ -294,47 +367,40 @@ impl Inner {
         };
         if let Some(id) = c.client_id {
             decrement(&mut self.clients, &id);
+            self.seen_clients.touch(&id);
         }
-        self.unsubscribe_all(conn);
+        for channel in &c.subscriptions {
+            if channel == channel::ROOT {
+                self.root_subscribers.remove(&conn);
+            } else if let Some(t) = self.terminals.get_mut(channel) {
+                t.subscribers.remove(&conn);
+            }
+        }
         self.refresh_orphans();
     }
 
-    fn unsubscribe_all(&mut self, conn: ConnId) {
-        self.root_subscribers.remove(&conn);
-        for t in self.terminals.values_mut() {
+    /// Stops delivery of `channel` to `conn` (nothing happens if it was not subscribed).
+    fn remove_subscriber(&mut self, conn: ConnId, channel: &str) {
+        let Some(c) = self.connections.get_mut(&conn) else {
+            return;
+        };
+        if !c.subscriptions.remove(channel) {
+            return;
+        }
+        if channel == channel::ROOT {
+            self.root_subscribers.remove(&conn);
+        } else if let Some(t) = self.terminals.get_mut(channel) {
             t.subscribers.remove(&conn);
         }
     }
 
-    fn subscription_count(&self, conn: ConnId) -> usize {
-        usize::from(self.root_subscribers.contains(&conn))
-            + self
-                .terminals
-                .values()
-                .filter(|t| t.subscribers.contains(&conn))
-                .count()
-    }
-
-    fn is_subscribed(&self, conn: ConnId, channel: &str) -> bool {
-        if channel == channel::ROOT {
-            self.root_subscribers.contains(&conn)
-        } else {
-            self.terminals
-                .get(channel)
-                .is_some_and(|t| t.subscribers.contains(&conn))
-        }
-    }
-
-    /// Adds a subscriber to an existing channel (no snapshot).
     /// Whether `conn` is still registered and may hold one more subscription (re-subscribing to
     /// a channel it already has is always allowed).
     fn check_room(&self, conn: ConnId, channel: &str) -> Result<(), RpcError> {
-        if !self.connections.contains_key(&conn) {
+        let Some(c) = self.connections.get(&conn) else {
             return Err(RpcError::internal("this connection is closing"));
-        }
-        if self.subscription_count(conn) >= self.max_subscriptions
-            && !self.is_subscribed(conn, channel)
-        {
+        };
+        if c.subscriptions.len() >= self.max_subscriptions && !c.subscriptions.contains(channel) {
             return Err(RpcError::internal(format!(
                 "subscription limit reached: a connection may hold at most {} subscriptions \
                  (--max-subscriptions)",
@@ -344,15 +410,25 @@ impl Inner {
         Ok(())
     }
 
-    fn add_subscriber(&mut self, conn: ConnId, uri: &str) {
+    /// Adds a subscriber to an existing channel (no snapshot); returns whether it is
+    /// subscribed now.
+    fn add_subscriber(&mut self, conn: ConnId, uri: &str) -> bool {
         if self.check_room(conn, uri).is_err() {
-            return;
+            return false;
         }
         if uri == channel::ROOT {
             self.root_subscribers.insert(conn);
         } else if let Some(t) = self.terminals.get_mut(uri) {
             t.subscribers.insert(conn);
+        } else {
+            return false;
         }
+        if let Some(c) = self.connections.get_mut(&conn) {
+            if !c.subscriptions.contains(uri) {
+                c.subscriptions.insert(uri.to_string());
+            }
+        }
+        true
     }
 
     fn snapshot(&self, channel: &str) -> Option<Snapshot> {
@@ -368,14 +444,20 @@ impl Inner {
         })
     }
 
-    /// Subscribes `conn` to an existing channel and returns its snapshot. Errors: see
+    /// Subscribes `conn` to an existing channel of the given kind ([`channel::classify`],
+    /// done by the caller outside the lock) and returns its snapshot. Errors: see
     /// [`Host::subscribe`]; also -32603 when the connection is at its subscription limit or
     /// is gone (e.g. superseded by a reconnect).
-    fn subscribe(&mut self, conn: ConnId, channel: &str) -> Result<Snapshot, RpcError> {
+    fn subscribe(
+        &mut self,
+        conn: ConnId,
+        channel: &str,
+        kind: ChannelKind,
+    ) -> Result<Snapshot, RpcError> {
         self.check_room(conn, channel)?;
-        match channel::classify(channel) {
+        match kind {
             ChannelKind::Root => {
-                self.root_subscribers.insert(conn);
+                self.add_subscriber(conn, channel);
             }
             ChannelKind::Session => return Err(RpcError::session_not_found(channel)),
             ChannelKind::ReservedOther => {
@@ -386,16 +468,13 @@ impl Inner {
             ChannelKind::Invalid(msg) => {
                 return Err(RpcError::invalid_params(format!("channel: {msg}")))
             }
-            ChannelKind::Terminal => match self.terminals.get_mut(channel) {
-                Some(t) => {
-                    t.subscribers.insert(conn);
-                }
-                None => {
+            ChannelKind::Terminal => {
+                if !self.add_subscriber(conn, channel) {
                     return Err(RpcError::not_found(format!(
                         "terminal not found: {channel}"
-                    )))
+                    )));
                 }
-            },
+            }
         }
         self.snapshot(channel)
             .ok_or_else(|| RpcError::not_found(format!("channel not found: {channel}")))

@@ -3,12 +3,14 @@
 //! same `clientId`; the orphan clock of each terminal follows its claim holder's presence and
 //! [`Host::reap_orphans`] disposes terminals whose holder stayed away past the grace period.
 
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ahp_types::commands::{ReconnectReplayResult, ReconnectResult, ReconnectSnapshotResult};
 
-use super::{channel, ConnId, Host, Inner};
+use super::channel::{self, ChannelKind};
+use super::{ConnId, Host, Inner};
 use crate::rpc::error::RpcError;
 use crate::rpc::version::Wire;
 use crate::terminal::PtyProcess;
@@ -19,6 +21,97 @@ pub const MAX_REPLAY_BYTES: usize = 32 * 1024 * 1024;
 
 /// WebSocket close code sent to a connection whose `clientId` reconnected elsewhere.
 pub const CLOSE_SUPERSEDED: u16 = 4000;
+
+/// Most `clientId`s remembered for replay; beyond it the one seen longest ago is forgotten.
+pub const MAX_REMEMBERED_CLIENTS: usize = 1024;
+
+/// How long a `clientId` without a live connection is remembered for replay.
+pub const REMEMBER_CLIENTS_FOR: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// The `clientId`s seen recently — when they last presented themselves or last disconnected —
+/// bounded in count and age, so that memory stays flat however many ids peers invent. A
+/// forgotten client that reconnects gets -32008 and initializes again.
+pub(super) struct RecentClients {
+    /// Client id → (stamp, when last seen, the wire shapes it negotiated last).
+    last_seen: HashMap<String, (u64, Instant, Wire)>,
+    /// Stamp → client id, oldest first.
+    order: BTreeMap<u64, String>,
+    next_stamp: u64,
+    cap: usize,
+    max_age: Duration,
+}
+
+impl RecentClients {
+    pub(super) fn new(cap: usize, max_age: Duration) -> Self {
+        RecentClients {
+            last_seen: HashMap::new(),
+            order: BTreeMap::new(),
+            next_stamp: 0,
+            cap,
+            max_age,
+        }
+    }
+
+    /// Whether `client_id` was seen within the remembered age.
+    pub(super) fn contains(&self, client_id: &str) -> bool {
+        self.last_seen
+            .get(client_id)
+            .is_some_and(|(_, at, _)| at.elapsed() < self.max_age)
+    }
+
+    /// The wire shapes `client_id` negotiated last (the current ones if it is not remembered).
+    pub(super) fn wire(&self, client_id: &str) -> Wire {
+        match self.last_seen.get(client_id) {
+            Some((_, at, wire)) if at.elapsed() < self.max_age => *wire,
+            _ => Wire::default(),
+        }
+    }
+
+    /// Records the wire shapes `client_id` negotiated (and that it was seen now).
+    pub(super) fn set_wire(&mut self, client_id: &str, wire: Wire) {
+        self.touch(client_id);
+        if let Some(entry) = self.last_seen.get_mut(client_id) {
+            entry.2 = wire;
+        }
+    }
+
+    /// Records `client_id` as seen now, forgetting the oldest and the expired ones.
+    pub(super) fn touch(&mut self, client_id: &str) {
+        let now = Instant::now();
+        self.next_stamp += 1;
+        let stamp = self.next_stamp;
+        match self.last_seen.get_mut(client_id) {
+            Some(entry) => {
+                self.order.remove(&entry.0);
+                (entry.0, entry.1) = (stamp, now);
+                self.order.insert(stamp, client_id.to_string());
+            }
+            None => {
+                self.last_seen
+                    .insert(client_id.to_string(), (stamp, now, Wire::default()));
+                self.order.insert(stamp, client_id.to_string());
+            }
+        }
+        let cap = self.cap;
+        while let Some(entry) = self.order.first_entry() {
+            let expired = self
+                .last_seen
+                .get(entry.get())
+                .is_none_or(|(_, at, _)| now.duration_since(*at) >= self.max_age);
+            if self.last_seen.len() <= cap && !expired {
+                break;
+            }
+            let id = entry.remove();
+            self.last_seen.remove(&id);
+        }
+    }
+
+    /// How many ids are remembered.
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.last_seen.len()
+    }
+}
 
 impl Host {
     /// `reconnect` (notes §4): resumes `client_id` on this connection.
@@ -43,9 +136,11 @@ impl Host {
         conn: ConnId,
         client_id: String,
         last_seen: i64,
-        subscriptions: &[String],
+        subscriptions: &[&str],
         respond: impl FnOnce(Result<(ReconnectResult, Wire), RpcError>) -> String,
     ) -> Option<Wire> {
+        // Which channels exist, looked up outside one long lock hold; re-checked below.
+        let exists = self.existing(subscriptions);
         let mut inner = self.lock();
         if !inner.seen_clients.contains(&client_id) {
             tracing::info!(conn, %client_id, "reconnect refused: unknown client");
@@ -76,16 +171,13 @@ impl Host {
         let wire = inner.restore_wire(conn, &client_id);
         let mut live: Vec<String> = Vec::new();
         let mut missing: Vec<String> = Vec::new();
-        for uri in subscriptions {
-            if live.contains(uri) || missing.contains(uri) {
-                continue;
-            }
+        for (&uri, existed) in subscriptions.iter().zip(exists) {
             // Channels beyond the subscription limit are treated as missing.
-            let exists = uri == channel::ROOT || inner.terminals.contains_key(uri);
+            let exists = existed && (uri == channel::ROOT || inner.terminals.contains_key(uri));
             if exists && live.len() < inner.max_subscriptions {
-                live.push(uri.clone());
+                live.push(uri.to_string());
             } else {
-                missing.push(uri.clone());
+                missing.push(uri.to_string());
             }
         }
         let replayable = u64::try_from(last_seen)
@@ -125,7 +217,14 @@ impl Host {
             None => {
                 let snapshots = live
                     .iter()
-                    .filter_map(|uri| inner.subscribe(conn, uri).ok())
+                    .filter_map(|uri| {
+                        let kind = if uri == channel::ROOT {
+                            ChannelKind::Root
+                        } else {
+                            ChannelKind::Terminal
+                        };
+                        inner.subscribe(conn, uri, kind).ok()
+                    })
                     .collect();
                 ReconnectResult::Snapshot(ReconnectSnapshotResult { snapshots })
             }
@@ -135,8 +234,7 @@ impl Host {
             ReconnectResult::Snapshot(s) => format!("{} snapshots", s.snapshots.len()),
         };
         tracing::info!(conn, %client_id, last_seen, "client reconnected: {kind}");
-        let text = respond(Ok((result, wire)));
-        inner.send(conn, text);
+        self.answer(inner, conn, || respond(Ok((result, wire))));
         Some(wire)
     }
 
@@ -205,5 +303,31 @@ impl Inner {
                 .get(channel)
                 .is_some_and(|t| t.history.covers(seq))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn remembered_clients_are_bounded_in_count_and_age() {
+        let mut r = RecentClients::new(3, Duration::from_secs(3600));
+        for id in ["a", "b", "c", "d"] {
+            r.touch(id);
+        }
+        assert_eq!(r.len(), 3);
+        assert!(!r.contains("a") && r.contains("b") && r.contains("d"));
+        // Seeing "b" again makes "c" the oldest.
+        r.touch("b");
+        r.touch("e");
+        assert!(r.contains("b") && !r.contains("c"));
+        assert_eq!(r.len(), 3);
+
+        let mut r = RecentClients::new(10, Duration::ZERO);
+        r.touch("x");
+        assert!(!r.contains("x"));
+        r.touch("y");
+        assert_eq!(r.len(), 0, "expired ids are forgotten");
     }
 }

@@ -49,7 +49,8 @@ impl Host {
     /// `createTerminal` (notes §9.5): validates, spawns the shell on a new pty, registers the
     /// terminal and emits `root/terminalsChanged` before returning.
     ///
-    /// Errors: -32602 (channel, claim, cwd form, size, a `name` over 4096 characters), -32010
+    /// Errors: -32602 (channel, claim, cwd form or permission, size, a `name` over 4096
+    /// characters; control characters are removed from it), -32010
     /// (URI exists), -32008 (cwd missing), -32603 (the shell cannot be started — nothing is
     /// left registered —, the terminal limit, or a connection that is closing).
     pub async fn create_terminal(
@@ -71,7 +72,10 @@ impl Host {
             validate::check_title(name)
                 .map_err(|m| RpcError::invalid_params(format!("name: {m}")))?;
         }
-        let title = params.name.clone().unwrap_or_else(|| shell_name(&shell));
+        let title = match &params.name {
+            Some(name) => shell_integration::sanitize_title(name),
+            None => shell_name(&shell),
+        };
         let holder = {
             let mut inner = self.lock();
             if inner.shutting_down {
@@ -167,6 +171,7 @@ impl Host {
                     history: History::new(self.config.history_bytes, floor),
                     orphaned_since: None,
                     created_ms: shell_integration::now_ms(),
+                    info_json: None,
                 },
             );
             inner.refresh_orphans();
@@ -307,6 +312,11 @@ impl Inner {
     /// Removes a terminal and emits the root update; no more actions follow on its channel.
     pub(super) fn remove_terminal(&mut self, uri: &str) -> Option<TerminalEntry> {
         let entry = self.terminals.remove(uri)?;
+        for conn in &entry.subscribers {
+            if let Some(c) = self.connections.get_mut(conn) {
+                c.subscriptions.remove(uri);
+            }
+        }
         self.emit_root_terminals();
         Some(entry)
     }
@@ -318,12 +328,32 @@ impl Inner {
         action: StateAction,
         origin: Option<ActionOrigin>,
     ) {
+        self.emit_terminal_encoded(uri, action, origin, None);
+    }
+
+    /// [`Inner::emit_terminal`] with the action's JSON already encoded (`encoded`, done outside
+    /// the lock for a large client input), so that only a copy of it happens under the lock.
+    pub(super) fn emit_terminal_encoded(
+        &mut self,
+        uri: &str,
+        action: StateAction,
+        origin: Option<ActionOrigin>,
+        encoded: Option<String>,
+    ) {
         let cap = self.scrollback_bytes;
         let seq = self.next_seq();
         let Some(t) = self.terminals.get_mut(uri) else {
             return;
         };
         apply_action_to_terminal(&mut t.state, &action);
+        if matches!(
+            action,
+            StateAction::TerminalTitleChanged(_)
+                | StateAction::TerminalClaimed(_)
+                | StateAction::TerminalExited(_)
+        ) {
+            t.info_json = None;
+        }
         match &action {
             StateAction::TerminalData(d) => {
                 t.content_bytes += d.data.len();
@@ -342,11 +372,15 @@ impl Inner {
             origin,
             rejection_reason: None,
         };
-        let text: Utf8Bytes = frame::action(&envelope).into();
+        let text: Utf8Bytes = match encoded {
+            Some(action_json) => frame::action_encoded(&envelope, &action_json),
+            None => frame::action(&envelope),
+        }
+        .into();
         let mut encodings = version::Encodings::new(&envelope, &text);
         for c in &t.subscribers {
-            if let Some(conn) = self.connections.get(c) {
-                conn.outbox.send(encodings.text(conn.wire));
+            if let Some(conn) = self.connections.get_mut(c) {
+                conn.deliver(encodings.text(conn.wire));
             }
         }
         t.history.push(envelope, text.len());
@@ -391,26 +425,31 @@ impl Inner {
         self.emit_terminal(uri, action, None);
     }
 
-    /// Emits `root/terminalsChanged` with the complete catalogue, in creation order.
+    /// Emits `root/terminalsChanged` with the complete catalogue, in creation order. Each
+    /// terminal's row is encoded once and reused until it changes (see
+    /// `TerminalEntry::info_json`), so an update costs a copy of the catalogue, not its
+    /// encoding.
     pub(super) fn emit_root_terminals(&mut self) {
-        let mut rows: Vec<(u64, TerminalInfo)> = self
+        let mut rows: Vec<(u64, TerminalInfo, &str)> = self
             .terminals
-            .iter()
+            .iter_mut()
             .map(|(uri, t)| {
-                (
-                    t.id,
-                    TerminalInfo {
-                        resource: uri.clone(),
-                        title: t.state.title.clone(),
-                        claim: t.state.claim.clone(),
-                        lifecycle: t.state.lifecycle.clone(),
-                    },
-                )
+                let info = TerminalInfo {
+                    resource: uri.clone(),
+                    title: t.state.title.clone(),
+                    claim: t.state.claim.clone(),
+                    lifecycle: t.state.lifecycle.clone(),
+                };
+                let json = t
+                    .info_json
+                    .get_or_insert_with(|| serde_json::to_string(&info).unwrap_or_default());
+                (t.id, info, json.as_str())
             })
             .collect();
-        rows.sort_by_key(|(id, _)| *id);
+        rows.sort_by_key(|(id, _, _)| *id);
+        let action_json = terminals_changed_json(rows.iter().map(|(_, _, json)| *json));
         let action = StateAction::RootTerminalsChanged(RootTerminalsChangedAction {
-            terminals: rows.into_iter().map(|(_, info)| info).collect(),
+            terminals: rows.into_iter().map(|(_, info, _)| info).collect(),
         });
         let seq = self.next_seq();
         apply_action_to_root(&mut self.root, &action);
@@ -421,15 +460,28 @@ impl Inner {
             origin: None,
             rejection_reason: None,
         };
-        let text: Utf8Bytes = frame::action(&envelope).into();
+        let text: Utf8Bytes = frame::action_encoded(&envelope, &action_json).into();
         let mut encodings = version::Encodings::new(&envelope, &text);
         for c in &self.root_subscribers {
-            if let Some(conn) = self.connections.get(c) {
-                conn.outbox.send(encodings.text(conn.wire));
+            if let Some(conn) = self.connections.get_mut(c) {
+                conn.deliver(encodings.text(conn.wire));
             }
         }
         self.root_history.push(envelope, text.len());
     }
+}
+
+/// The JSON of a `root/terminalsChanged` action whose rows are already encoded.
+fn terminals_changed_json<'a>(rows: impl Iterator<Item = &'a str>) -> String {
+    let mut out = String::from(r#"{"type":"root/terminalsChanged","terminals":["#);
+    for (i, row) in rows.enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(row);
+    }
+    out.push_str("]}");
+    out
 }
 
 fn size_param(name: &str, value: Option<i64>, default: u16) -> Result<u16, RpcError> {
@@ -446,4 +498,43 @@ fn shell_name(shell: &std::path::Path) -> String {
         .file_name()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|| "shell".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ahp_types::state::{TerminalClientClaim, TerminalExitedLifecycleState};
+
+    #[test]
+    fn catalogue_from_encoded_rows_matches_the_encoder() {
+        let rows: Vec<TerminalInfo> = (0..3)
+            .map(|i| TerminalInfo {
+                resource: format!("ahp-terminal:/t{i}"),
+                title: format!("t\"{i}é"),
+                claim: TerminalClaim::Client(TerminalClientClaim {
+                    client_id: "c".into(),
+                }),
+                lifecycle: if i == 1 {
+                    TerminalLifecycleState::Exited(TerminalExitedLifecycleState {
+                        exit_code: Some(3),
+                    })
+                } else {
+                    TerminalLifecycleState::Running(TerminalRunningLifecycleState {})
+                },
+            })
+            .collect();
+        let encoded: Vec<String> = rows
+            .iter()
+            .map(|r| serde_json::to_string(r).unwrap())
+            .collect();
+        for n in 0..=rows.len() {
+            let action = StateAction::RootTerminalsChanged(RootTerminalsChangedAction {
+                terminals: rows[..n].to_vec(),
+            });
+            assert_eq!(
+                terminals_changed_json(encoded[..n].iter().map(String::as_str)),
+                serde_json::to_string(&action).unwrap()
+            );
+        }
+    }
 }

@@ -1,15 +1,33 @@
-//! Validation of client-dispatched actions, judged from the raw JSON (notes §7.2): the typed
-//! decoder turns a malformed known action into `Unknown`, so shape checks happen here first.
-//! Also the claim policy (decision D6). Pure functions; the host applies the verdicts.
+//! Validation of client-dispatched actions, judged from the raw JSON: the typed decoder turns
+//! a malformed known action into `Unknown`, so shape checks happen here first. Also the claim
+//! policy (decision D6) and the length caps on everything a peer can make the daemon keep
+//! (URIs, ids, titles) or echo back (rejected actions). Pure functions; the host applies the
+//! verdicts.
+
+use std::collections::HashSet;
 
 use ahp_types::actions::StateAction;
 use ahp_types::state::{TerminalClaim, TerminalSessionClaim};
-use serde_json::Value;
+use serde_json::{json, Value};
 
+use crate::terminal::shell_integration::sanitize_title;
 use crate::terminal::MAX_DIMENSION;
 
-/// Longest title a client may set, in characters.
-pub const MAX_TITLE_CHARS: usize = 4096;
+/// Longest title a client may set (`terminal/titleChanged`, `createTerminal.name`), in
+/// characters — the same cap as titles set by escape sequences.
+pub use crate::terminal::shell_integration::MAX_TITLE_CHARS;
+
+/// Longest URI accepted anywhere (channels, `initialSubscriptions` and `reconnect` entries,
+/// a session claim's `session` and `chat`), in bytes.
+pub const MAX_URI_BYTES: usize = 2048;
+
+/// Longest identifier accepted (`clientId`, and a claim's `clientId`, `turnId`, `toolCallId`),
+/// in bytes.
+pub const MAX_ID_BYTES: usize = 256;
+
+/// Largest rejected action echoed back verbatim in its rejection envelope, in bytes of JSON
+/// (estimated); a larger one is echoed as `{"type": …}` only.
+pub const MAX_ECHOED_ACTION_BYTES: usize = 4096;
 
 const SERVER_ONLY_TERMINAL: &[&str] = &[
     "terminal/data",
@@ -45,10 +63,7 @@ pub fn terminal_action(raw: &Value) -> Result<StateAction, String> {
             dimension(obj, "rows")?;
         }
         "terminal/titleChanged" => {
-            let title = require_string(obj, "title")?;
-            if title.chars().count() > MAX_TITLE_CHARS {
-                return Err(format!("title is longer than {MAX_TITLE_CHARS} characters"));
-            }
+            check_title(require_string(obj, "title")?)?;
         }
         "terminal/cleared" => {}
         "terminal/claimed" => {
@@ -65,7 +80,11 @@ pub fn terminal_action(raw: &Value) -> Result<StateAction, String> {
         }
         t => return Err(format!("unknown action type {t:?} for a terminal channel")),
     }
-    typed(raw, ty)
+    let mut action = typed(raw, ty)?;
+    if let StateAction::TerminalTitleChanged(change) = &mut action {
+        change.title = sanitize_title(&change.title);
+    }
+    Ok(action)
 }
 
 /// The `rejectionReason` for an action dispatched to `ahp-root://`: ahpty has no root
@@ -91,11 +110,93 @@ pub fn root_action_rejection(raw: &Value) -> String {
 }
 
 /// A title (client rename or `createTerminal.name`): at most [`MAX_TITLE_CHARS`] characters.
+/// Control characters are then removed with [`sanitize_title`], as for titles set by escape
+/// sequences.
 pub fn check_title(title: &str) -> Result<(), String> {
-    if title.chars().count() > MAX_TITLE_CHARS {
+    if title.chars().nth(MAX_TITLE_CHARS).is_some() {
         return Err(format!("title is longer than {MAX_TITLE_CHARS} characters"));
     }
     Ok(())
+}
+
+/// `value` of `field` is at most `max` bytes; the error names the field and the limit (never
+/// the value).
+pub fn check_len(field: &str, value: &str, max: usize) -> Result<(), String> {
+    if value.len() > max {
+        return Err(format!(
+            "{field} is longer than {max} bytes ({} bytes)",
+            value.len()
+        ));
+    }
+    Ok(())
+}
+
+/// A list of channel URIs (`initialSubscriptions`, `reconnect.subscriptions`): at most
+/// `max_entries` entries, each at most [`MAX_URI_BYTES`]. Returns the distinct entries in order.
+pub fn channel_list<'a>(
+    field: &str,
+    list: &'a [String],
+    max_entries: usize,
+) -> Result<Vec<&'a str>, String> {
+    if list.len() > max_entries {
+        return Err(format!(
+            "{field} has {} entries; at most {max_entries} are accepted (twice \
+             --max-subscriptions)",
+            list.len()
+        ));
+    }
+    let mut seen = HashSet::new();
+    let mut out = Vec::new();
+    for (i, uri) in list.iter().enumerate() {
+        check_len(&format!("{field}[{i}]"), uri, MAX_URI_BYTES)?;
+        if seen.insert(uri.as_str()) {
+            out.push(uri.as_str());
+        }
+    }
+    Ok(out)
+}
+
+/// What a rejection envelope echoes of the rejected `action`: the action itself when its JSON
+/// is at most [`MAX_ECHOED_ACTION_BYTES`], else only its `type` (when that is a short string),
+/// so a rejection never sends megabytes back.
+pub fn rejection_echo(action: Value) -> Value {
+    if json_size(&action, MAX_ECHOED_ACTION_BYTES) <= MAX_ECHOED_ACTION_BYTES {
+        return action;
+    }
+    match action.get("type").and_then(Value::as_str) {
+        Some(t) if t.len() <= MAX_ID_BYTES => json!({ "type": t }),
+        _ => json!({}),
+    }
+}
+
+/// Roughly the size of `v` as JSON, in bytes (strings without escapes); stops counting once
+/// past `limit`.
+fn json_size(v: &Value, limit: usize) -> usize {
+    match v {
+        Value::Null | Value::Bool(_) => 5,
+        Value::Number(_) => 24,
+        Value::String(s) => s.len() + 2,
+        Value::Array(a) => {
+            let mut n = 2;
+            for x in a {
+                n += json_size(x, limit) + 1;
+                if n > limit {
+                    break;
+                }
+            }
+            n
+        }
+        Value::Object(o) => {
+            let mut n = 2;
+            for (k, x) in o {
+                n += k.len() + 4 + json_size(x, limit);
+                if n > limit {
+                    break;
+                }
+            }
+            n
+        }
+    }
 }
 
 /// Decodes a claim, requiring the 1.0.0 shape (a session claim needs `session` and `chat`).
@@ -105,17 +206,29 @@ pub fn parse_claim(raw: &Value) -> Result<TerminalClaim, String> {
         .ok_or_else(|| "claim must be an object".to_string())?;
     match obj.get("kind").and_then(Value::as_str) {
         Some("client") => {
-            require_string(obj, "clientId")?;
+            check_len(
+                "claim.clientId",
+                require_string(obj, "clientId")?,
+                MAX_ID_BYTES,
+            )?;
         }
         Some("session") => {
-            require_string(obj, "session")?;
-            require_string(obj, "chat")?;
-            optional_string(obj, "turnId")?;
-            optional_string(obj, "toolCallId")?;
+            check_len(
+                "claim.session",
+                require_string(obj, "session")?,
+                MAX_URI_BYTES,
+            )?;
+            check_len("claim.chat", require_string(obj, "chat")?, MAX_URI_BYTES)?;
+            for key in ["turnId", "toolCallId"] {
+                if let Some(v) = optional_string(obj, key)? {
+                    check_len(&format!("claim.{key}"), v, MAX_ID_BYTES)?;
+                }
+            }
         }
         Some(k) => {
             return Err(format!(
-                "claim.kind {k:?} is neither \"client\" nor \"session\""
+                "claim.kind {:?} is neither \"client\" nor \"session\"",
+                crate::rpc::error::clip(k.to_string(), 64)
             ))
         }
         None => return Err("claim.kind must be \"client\" or \"session\"".into()),
@@ -178,9 +291,13 @@ fn require_string<'a>(
     }
 }
 
-fn optional_string(obj: &serde_json::Map<String, Value>, key: &str) -> Result<(), String> {
+fn optional_string<'a>(
+    obj: &'a serde_json::Map<String, Value>,
+    key: &str,
+) -> Result<Option<&'a str>, String> {
     match obj.get(key) {
-        None | Some(Value::String(_)) => Ok(()),
+        None => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
         Some(_) => Err(format!("{key} must be a string")),
     }
 }

@@ -18,12 +18,31 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
-use super::error::RpcError;
+use super::error::{self, RpcError};
 use super::frame::{self, Incoming, RequestId};
 use super::params;
 use super::version::{self, Wire};
 use crate::host::channel::{self, ChannelKind};
+use crate::host::validate;
 use crate::host::{ConnId, Host, Outbox};
+
+/// Frames at least this large (bytes) are parsed and handled off the async worker threads
+/// (see [`offload`]).
+pub const BIG_FRAME_BYTES: usize = 64 * 1024;
+
+/// Runs `f`, which may be CPU-heavy (parsing a large frame, encoding a large answer), with
+/// [`tokio::task::block_in_place`] when `heavy` and on a multi-threaded runtime, so the other
+/// tasks of the worker thread move to another thread instead of waiting for it.
+pub fn offload<R>(heavy: bool, f: impl FnOnce() -> R) -> R {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    let multi =
+        Handle::try_current().is_ok_and(|h| h.runtime_flavor() == RuntimeFlavor::MultiThread);
+    if heavy && multi {
+        tokio::task::block_in_place(f)
+    } else {
+        f()
+    }
+}
 
 /// What the connection should do after a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,19 +90,24 @@ impl RpcConnection {
         self.conn
     }
 
-    /// Handles one frame's text.
+    /// Handles one frame's text. A frame of [`BIG_FRAME_BYTES`] or more is parsed and handled
+    /// off the async worker threads, as are the requests whose answers can be large
+    /// (`subscribe`, and `initialize`/`reconnect` listing channels).
     pub async fn handle_text(&mut self, text: &str) -> Flow {
-        match frame::parse(text) {
+        let big = text.len() >= BIG_FRAME_BYTES;
+        match offload(big, || frame::parse(text)) {
             Incoming::Invalid { id, error } => {
                 self.outbox.send(frame::error(&id, &error));
                 Flow::Continue
             }
             Incoming::Response => Flow::Continue,
             Incoming::Notification { method, params } => {
-                self.notification(&method, params);
+                offload(big, || self.notification(&method, params));
                 Flow::Continue
             }
-            Incoming::Request { id, method, params } => self.request(id, &method, params).await,
+            Incoming::Request { id, method, params } => {
+                self.request(id, &method, params, big).await
+            }
         }
     }
 
@@ -122,15 +146,19 @@ impl RpcConnection {
         Ok(())
     }
 
-    async fn request(&mut self, id: RequestId, method: &str, params: Value) -> Flow {
+    async fn request(&mut self, id: RequestId, method: &str, params: Value, big: bool) -> Flow {
         match method {
             "ping" => {
                 self.reply(&id, Ok(Value::Null));
                 return Flow::Continue;
             }
-            "initialize" => return self.initialize(id, params),
+            "initialize" => {
+                let heavy = big || has_entries(&params, "initialSubscriptions");
+                return offload(heavy, || self.initialize(id, params));
+            }
             "reconnect" if !self.initialized => {
-                self.reconnect(id, params);
+                let heavy = big || has_entries(&params, "subscriptions");
+                offload(heavy, || self.reconnect(id, params));
                 return Flow::Continue;
             }
             _ => {}
@@ -145,8 +173,8 @@ impl RpcConnection {
             return Flow::Continue;
         }
         match method {
-            "subscribe" => self.subscribe(id, params),
-            "createTerminal" => self.create_terminal(id, params).await,
+            "subscribe" => offload(true, || self.subscribe(id, params)),
+            "createTerminal" => self.create_terminal(id, params, big).await,
             "disposeTerminal" => self.dispose_terminal(id, params),
             // ahpty's extension: the terminal list with sizes, cwds, ages and holder presence.
             crate::host::catalog::LIST_TERMINALS => {
@@ -157,7 +185,7 @@ impl RpcConnection {
                 );
             }
             "dispatchAction" => {
-                let r = self.dispatch_action(params).map(|_| Value::Null);
+                let r = offload(big, || self.dispatch_action(params).map(|_| Value::Null));
                 self.reply(&id, r);
             }
             "unsubscribe" => {
@@ -217,18 +245,37 @@ impl RpcConnection {
                 return Flow::Continue;
             }
         };
+        let subscriptions = p.initial_subscriptions.unwrap_or_default();
+        let subscriptions = match check_client(&p.client_id).and_then(|()| {
+            validate::channel_list(
+                "initialSubscriptions",
+                &subscriptions,
+                self.host.max_channel_list(),
+            )
+            .map_err(RpcError::invalid_params)
+        }) {
+            Ok(list) => list,
+            Err(e) => {
+                self.reply(&id, Err(e));
+                return Flow::Continue;
+            }
+        };
         self.initialized = true;
         self.wire = wire;
         self.host.set_wire(self.conn, &p.client_id, wire);
+        let client = p
+            .client_info
+            .as_ref()
+            .map(|c| c.name.as_str())
+            .unwrap_or("?");
         tracing::info!(
             conn = self.conn,
             client_id = %p.client_id,
-            client = p.client_info.as_ref().map(|c| c.name.as_str()).unwrap_or("?"),
+            client = %error::clip(client.to_string(), 64),
             %version,
             "client initialized"
         );
         let default_directory = self.host.default_directory();
-        let subscriptions = p.initial_subscriptions.unwrap_or_default();
         self.host.initialize(
             self.conn,
             p.client_id,
@@ -259,6 +306,9 @@ impl RpcConnection {
     /// `reconnect {clientId, lastSeenServerSeq, subscriptions}`; a missing `channel` is
     /// tolerated (VS Code omits it). The connection counts as initialized after it, unless it
     /// was refused (-32008 for a client this process does not know: `initialize` may follow).
+    /// A `clientId` over [`validate::MAX_ID_BYTES`], or `subscriptions` over
+    /// [`Host::max_channel_list`] entries or with an entry over [`validate::MAX_URI_BYTES`] →
+    /// -32602 (and the connection stays uninitialized).
     fn reconnect(&mut self, id: RequestId, mut params: Value) {
         if let Value::Object(m) = &mut params {
             m.entry("channel")
@@ -268,11 +318,23 @@ impl RpcConnection {
             Ok(p) => p,
             Err(e) => return self.reply(&id, Err(e)),
         };
+        let checked = check_client(&p.client_id).and_then(|()| {
+            validate::channel_list(
+                "subscriptions",
+                &p.subscriptions,
+                self.host.max_channel_list(),
+            )
+            .map_err(RpcError::invalid_params)
+        });
+        let subscriptions = match checked {
+            Ok(list) => list,
+            Err(e) => return self.reply(&id, Err(e)),
+        };
         let resumed = self.host.reconnect(
             self.conn,
             p.client_id,
             p.last_seen_server_seq,
-            &p.subscriptions,
+            &subscriptions,
             |result| match result {
                 Ok((result, wire)) => version::reconnect_response(&id, &result, wire),
                 Err(e) => frame::error(&id, &e),
@@ -302,11 +364,11 @@ impl RpcConnection {
             });
     }
 
-    async fn create_terminal(&mut self, id: RequestId, mut params: Value) {
+    async fn create_terminal(&mut self, id: RequestId, mut params: Value, big: bool) {
         if !self.wire.is_current() {
             version::upgrade_create_terminal(&mut params);
         }
-        let p: CreateTerminalParams = match params::decode(&params) {
+        let p: CreateTerminalParams = match offload(big, || params::decode(&params)) {
             Ok(p) => p,
             Err(e) => return self.reply(&id, Err(e)),
         };
@@ -343,6 +405,20 @@ impl Drop for RpcConnection {
     fn drop(&mut self) {
         self.host.disconnect(self.conn);
     }
+}
+
+/// Whether `params[field]` is a non-empty array (answers with snapshots may then be large).
+fn has_entries(params: &Value, field: &str) -> bool {
+    params
+        .get(field)
+        .and_then(Value::as_array)
+        .is_some_and(|a| !a.is_empty())
+}
+
+/// A `clientId` (initialize, reconnect): at most [`validate::MAX_ID_BYTES`] → else -32602.
+fn check_client(client_id: &str) -> Result<(), RpcError> {
+    validate::check_len("clientId", client_id, validate::MAX_ID_BYTES)
+        .map_err(RpcError::invalid_params)
 }
 
 /// What a host with no agents answers (notes §11).

@@ -4,6 +4,23 @@
 use ahp_types::errors::{ahp_error_codes as ahp, json_rpc_error_codes as rpc};
 use serde_json::Value;
 
+/// Longest error `message` (and `rejectionReason`) sent to a peer, in bytes: a longer one is cut
+/// on a character boundary and ends with `…`, so an error never echoes a large value back.
+pub const MAX_MESSAGE_BYTES: usize = 1024;
+
+/// `text` cut to at most `max` bytes on a character boundary, ending with `…` when cut.
+pub fn clip(mut text: String, max: usize) -> String {
+    if text.len() > max {
+        let mut cut = max.saturating_sub('…'.len_utf8());
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+        text.push('…');
+    }
+    text
+}
+
 /// An error answer to one request.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RpcError {
@@ -16,10 +33,11 @@ pub struct RpcError {
 }
 
 impl RpcError {
+    /// Messages longer than [`MAX_MESSAGE_BYTES`] are clipped.
     fn new(code: i32, message: impl Into<String>) -> Self {
         RpcError {
             code,
-            message: message.into(),
+            message: clip(message.into(), MAX_MESSAGE_BYTES),
             data: None,
         }
     }
@@ -88,3 +106,16 @@ impl std::fmt::Display for RpcError {
 }
 
 impl std::error::Error for RpcError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_messages_are_clipped() {
+        let e = RpcError::invalid_params(format!("channel: {}", "é".repeat(1 << 20)));
+        assert!(e.message.len() <= MAX_MESSAGE_BYTES);
+        assert!(e.message.starts_with("channel: é") && e.message.ends_with('…'));
+        assert_eq!(clip("short".into(), 10), "short");
+    }
+}

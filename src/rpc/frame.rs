@@ -69,11 +69,67 @@ pub enum Incoming {
     },
 }
 
+/// Rewrites every `\uXXXX` escape of a lone UTF-16 surrogate (a high surrogate not followed
+/// by a low one, or a low one on its own) into `\uFFFD`, which the JSON parser would otherwise
+/// refuse for the whole message. One pass over the text; borrowed when there is none.
+pub fn replace_lone_surrogates(text: &str) -> std::borrow::Cow<'_, str> {
+    fn escape_at(b: &[u8], i: usize) -> Option<u16> {
+        let hex = b.get(i..i + 6)?;
+        if hex[0] != b'\\' || hex[1] != b'u' {
+            return None;
+        }
+        u16::from_str_radix(std::str::from_utf8(&hex[2..]).ok()?, 16).ok()
+    }
+    let b = text.as_bytes();
+    let mut out: Option<String> = None;
+    let mut copied = 0;
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] != b'\\' {
+            i += 1;
+            continue;
+        }
+        let Some(unit) = escape_at(b, i) else {
+            // Any other escape: skip the escaped character (it may be a backslash).
+            i += 2;
+            continue;
+        };
+        let lone = match unit {
+            0xD800..=0xDBFF => {
+                if escape_at(b, i + 6).is_some_and(|u| (0xDC00..=0xDFFF).contains(&u)) {
+                    i += 12;
+                    continue;
+                }
+                true
+            }
+            0xDC00..=0xDFFF => true,
+            _ => false,
+        };
+        if lone {
+            let s = out.get_or_insert_with(|| String::with_capacity(text.len()));
+            s.push_str(&text[copied..i]);
+            s.push_str("\\uFFFD");
+            copied = i + 6;
+        }
+        i += 6;
+    }
+    match out {
+        None => std::borrow::Cow::Borrowed(text),
+        Some(mut s) => {
+            s.push_str(&text[copied..]);
+            std::borrow::Cow::Owned(s)
+        }
+    }
+}
+
 /// Parses one frame's text.
 ///
 /// Not JSON → -32700; not a JSON-RPC 2.0 object (arrays/batches included), a bad `jsonrpc`,
-/// `id` or `method` → -32600; `params` present but not an object → -32602.
+/// `id` or `method` → -32600; `params` present but not an object → -32602. Lone surrogate
+/// escapes (`"\ud800"`) are read as U+FFFD (see [`replace_lone_surrogates`]).
 pub fn parse(text: &str) -> Incoming {
+    let text = replace_lone_surrogates(text);
+    let text = text.as_ref();
     let value: Value = match serde_json::from_str(text) {
         Ok(v) => v,
         Err(e) => {
@@ -199,6 +255,29 @@ pub fn error(id: &RawValue, err: &RpcError) -> String {
     serde_json::to_string(&msg).unwrap_or_default()
 }
 
+/// [`action`] for an envelope whose `action` was already encoded as `action_json` (outside
+/// the host lock, for a large input echo); the result is the same text.
+pub fn action_encoded(envelope: &ActionEnvelope, action_json: &str) -> String {
+    let extra = 160 + envelope.channel.len();
+    let mut out = String::with_capacity(action_json.len() + extra);
+    out.push_str(r#"{"jsonrpc":"2.0","method":"action","params":{"channel":"#);
+    out.push_str(&serde_json::to_string(&envelope.channel).unwrap_or_default());
+    out.push_str(r#","action":"#);
+    out.push_str(action_json);
+    out.push_str(r#","serverSeq":"#);
+    out.push_str(&envelope.server_seq.to_string());
+    if let Some(origin) = &envelope.origin {
+        out.push_str(r#","origin":"#);
+        out.push_str(&serde_json::to_string(origin).unwrap_or_default());
+    }
+    if let Some(reason) = &envelope.rejection_reason {
+        out.push_str(r#","rejectionReason":"#);
+        out.push_str(&serde_json::to_string(reason).unwrap_or_default());
+    }
+    out.push_str("}}");
+    out
+}
+
 /// The server → client `action` notification whose params are the envelope.
 pub fn action(envelope: &ActionEnvelope) -> String {
     notification("action", envelope)
@@ -266,6 +345,51 @@ mod tests {
             code(r#"{"jsonrpc":"2.0","id":1,"method":"ping","params":[1]}"#),
             -32602
         );
+    }
+
+    #[test]
+    fn pre_encoded_actions_give_the_same_text() {
+        use ahp_types::actions::{ActionOrigin, StateAction, TerminalInputAction};
+        let mut envelope = ActionEnvelope {
+            channel: "ahp-terminal:/\"q\"".into(),
+            action: StateAction::TerminalInput(TerminalInputAction {
+                data: "x\u{1}\"é".into(),
+            }),
+            server_seq: 42,
+            origin: Some(ActionOrigin {
+                client_id: "c".into(),
+                client_seq: 7,
+            }),
+            rejection_reason: None,
+        };
+        let encoded = serde_json::to_string(&envelope.action).unwrap();
+        assert_eq!(action_encoded(&envelope, &encoded), action(&envelope));
+        envelope.origin = None;
+        envelope.rejection_reason = Some("no".into());
+        assert_eq!(action_encoded(&envelope, &encoded), action(&envelope));
+    }
+
+    #[test]
+    fn lone_surrogates_become_replacement_characters() {
+        let fixed = |t: &str| replace_lone_surrogates(t).into_owned();
+        assert_eq!(fixed(r#""a\ud800b""#), r#""a\uFFFDb""#);
+        assert_eq!(fixed(r#""\udc00""#), r#""\uFFFD""#);
+        assert_eq!(fixed(r#""\ud800\ud800\udc00""#), r#""\uFFFD\ud800\udc00""#);
+        assert_eq!(
+            fixed(r#""\ud83d\ude00 \u00e9""#),
+            r#""\ud83d\ude00 \u00e9""#
+        );
+        // An escaped backslash followed by text is not an escape.
+        assert_eq!(fixed(r#""\\ud800""#), r#""\\ud800""#);
+        assert_eq!(fixed(r#""\ud800"#), r#""\uFFFD"#);
+        assert!(matches!(
+            replace_lone_surrogates(r#"{"a":"\u00e9"}"#),
+            std::borrow::Cow::Borrowed(_)
+        ));
+        match parse(r#"{"jsonrpc":"2.0","method":"x","params":{"d":"\ud800!"}}"#) {
+            Incoming::Notification { params, .. } => assert_eq!(params["d"], "\u{fffd}!"),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -27,6 +27,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 
 use super::auth::redacted_target;
+use super::pending::{Slot, FIRST_BYTE_TIMEOUT};
 use super::upgrade::{Refusal, UpgradePolicy};
 use crate::config::Config;
 use crate::host::outbox::{HARD_LIMIT_BYTES, HIGH_WATERMARK_BYTES, LOW_WATERMARK_BYTES};
@@ -39,6 +40,9 @@ use serde_json::value::RawValue;
 /// Default time a socket gets to complete the WebSocket upgrade
 /// ([`Config::handshake_timeout`] overrides it).
 pub const HANDSHAKE_TIMEOUT: Duration = crate::config::DEFAULT_HANDSHAKE_TIMEOUT;
+
+/// Read buffer of a WebSocket connection, in bytes.
+const READ_BUFFER_BYTES: usize = 16 * 1024;
 
 /// How long to wait for the peer after sending a close frame.
 const CLOSE_LINGER: Duration = Duration::from_secs(1);
@@ -108,18 +112,24 @@ pub async fn handle_tcp(
     ctx: Arc<Context>,
     policy: Arc<UpgradePolicy>,
     tls: Option<TlsAcceptor>,
-    pending: OwnedSemaphorePermit,
+    pending: Slot,
 ) {
     let _ = stream.set_nodelay(true);
     let peer = Peer::Tcp(peer);
-    let deadline = Instant::now() + ctx.handshake_timeout;
+    let started = Instant::now();
+    let deadline = started + ctx.handshake_timeout;
+    let stream = pending.watch(stream);
     match tls {
-        None => serve(stream, peer, ctx, policy, deadline, pending).await,
-        Some(acceptor) => match tokio::time::timeout_at(deadline, acceptor.accept(stream)).await {
-            Ok(Ok(stream)) => serve(stream, peer, ctx, policy, deadline, pending).await,
-            Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
-            Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
-        },
+        None => serve(stream, peer, ctx, policy, started, pending).await,
+        Some(acceptor) => {
+            let accept = tokio::time::timeout_at(deadline, acceptor.accept(stream));
+            match guarded(&pending, started, &ctx, peer, accept).await {
+                Some(Ok(Ok(stream))) => serve(stream, peer, ctx, policy, started, pending).await,
+                Some(Ok(Err(e))) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+                Some(Err(_)) => tracing::debug!(%peer, "TLS handshake timed out"),
+                None => {}
+            }
+        }
     }
 }
 
@@ -129,14 +139,47 @@ pub async fn handle_unix(
     uid: Option<u32>,
     ctx: Arc<Context>,
     policy: Arc<UpgradePolicy>,
-    pending: OwnedSemaphorePermit,
+    pending: Slot,
 ) {
-    let deadline = Instant::now() + ctx.handshake_timeout;
-    serve(stream, Peer::Unix(uid), ctx, policy, deadline, pending).await
+    let stream = pending.watch(stream);
+    serve(
+        stream,
+        Peer::Unix(uid),
+        ctx,
+        policy,
+        Instant::now(),
+        pending,
+    )
+    .await
 }
 
-/// Upgrades `stream` (by `deadline`) and serves it until either side closes it. `pending` (a
-/// slot among the handshakes in progress) is released once the upgrade is over.
+/// Runs `fut`, a step of the handshake of a pending socket accepted at `started`, unless the
+/// socket is evicted for a newcomer or has sent nothing within the first-byte timeout (then
+/// `None`: the caller drops, and so closes, the socket).
+async fn guarded<F: std::future::Future>(
+    slot: &Slot,
+    started: Instant,
+    ctx: &Context,
+    peer: Peer,
+    fut: F,
+) -> Option<F::Output> {
+    let first_byte = started + FIRST_BYTE_TIMEOUT.min(ctx.handshake_timeout);
+    tokio::select! {
+        out = fut => Some(out),
+        _ = slot.evicted() => {
+            tracing::debug!(%peer, "pending handshake evicted for a newer one");
+            None
+        }
+        _ = slot.silent_at(first_byte) => {
+            tracing::debug!(%peer, "socket sent nothing; closed");
+            None
+        }
+    }
+}
+
+/// Upgrades `stream` (accepted at `started`, within the handshake timeout) and serves it until
+/// either side closes it. `pending` (a slot among the handshakes in progress) is released once
+/// the upgrade is over.
 // The handshake callback's error type is fixed by tungstenite.
 #[allow(clippy::result_large_err)]
 pub async fn serve<S>(
@@ -144,12 +187,17 @@ pub async fn serve<S>(
     peer: Peer,
     ctx: Arc<Context>,
     policy: Arc<UpgradePolicy>,
-    deadline: Instant,
-    pending: OwnedSemaphorePermit,
+    started: Instant,
+    pending: Slot,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let deadline = started + ctx.handshake_timeout;
+    // Clients send small messages (input, requests): a 16 KiB read buffer (tungstenite's
+    // default is 128 KiB, allocated and zeroed per connection) keeps connections cheap; large
+    // messages are still read whole.
     let config = WebSocketConfig::default()
+        .read_buffer_size(READ_BUFFER_BYTES)
         .max_message_size(Some(ctx.max_message_bytes))
         .max_frame_size(Some(ctx.max_message_bytes));
     let mut slot: Option<OwnedSemaphorePermit> = None;
@@ -189,19 +237,20 @@ pub async fn serve<S>(
             .await
             .map_err(tokio_tungstenite::tungstenite::Error::Io)?;
         tokio_tungstenite::accept_hdr_async_with_config(stream, callback, Some(config)).await
-    })
-    .await;
+    });
+    let accepted = guarded(&pending, started, &ctx, peer, accepted).await;
     drop(pending);
     let ws = match accepted {
-        Ok(Ok(ws)) => ws,
-        Ok(Err(e)) => {
+        Some(Ok(Ok(ws))) => ws,
+        Some(Ok(Err(e))) => {
             tracing::debug!(%peer, error = %e, "WebSocket handshake failed");
             return;
         }
-        Err(_) => {
+        Some(Err(_)) => {
             tracing::debug!(%peer, "WebSocket handshake timed out");
             return;
         }
+        None => return,
     };
     let Some(_slot) = slot else {
         return;
@@ -362,7 +411,8 @@ where
 /// held back: `ping` always (it has no ordering), `dispatchAction` and `unsubscribe` when no
 /// earlier request is held back (so they keep their order relative to other requests).
 fn jumps_the_queue(text: &str, nothing_deferred: bool) -> bool {
-    match frame::parse(text) {
+    let big = text.len() >= crate::rpc::dispatch::BIG_FRAME_BYTES;
+    match crate::rpc::dispatch::offload(big, || frame::parse(text)) {
         Incoming::Request { method, .. } => method == "ping",
         Incoming::Notification { method, .. } => {
             nothing_deferred && (method == "dispatchAction" || method == "unsubscribe")

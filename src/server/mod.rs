@@ -7,37 +7,111 @@
 //! Security decisions live in [`auth`] (token, start-up checks), [`upgrade`] (Origin, Host),
 //! [`unix`] (socket file, peer uid) and [`tls`]; docs/security.md explains them.
 
+/// Implements `tokio::io::AsyncWrite` for a stream wrapper `$ty<S>` by passing every call to
+/// its `inner` field (the wrappers here only change how the stream is read).
+macro_rules! delegate_async_write {
+    ($ty:ident) => {
+        impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for $ty<S> {
+            fn poll_write(
+                mut self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+                buf: &[u8],
+            ) -> std::task::Poll<std::io::Result<usize>> {
+                std::pin::Pin::new(&mut self.inner).poll_write(cx, buf)
+            }
+
+            fn poll_flush(
+                mut self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<std::io::Result<()>> {
+                std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+            }
+
+            fn poll_shutdown(
+                mut self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<std::io::Result<()>> {
+                std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+            }
+
+            fn poll_write_vectored(
+                mut self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+                bufs: &[std::io::IoSlice<'_>],
+            ) -> std::task::Poll<std::io::Result<usize>> {
+                std::pin::Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+            }
+
+            fn is_write_vectored(&self) -> bool {
+                self.inner.is_write_vectored()
+            }
+        }
+    };
+}
+
 pub mod auth;
 pub mod connection;
+pub mod fdlimit;
+pub mod pending;
 pub mod prefixed;
 pub mod tls;
 pub mod unix;
 pub mod upgrade;
 
 use std::future::Future;
+
+use futures_util::FutureExt;
 use std::io;
 use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream, UnixStream};
-use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 
 use crate::config::{Auth, Config, Listen, Token};
 use crate::host::Host;
 use connection::Context;
+use pending::{Full, PeerKey, Pending};
 use unix::UnixSocket;
 use upgrade::UpgradePolicy;
 
 /// How long connections get to flush their close frame at shutdown.
 const SHUTDOWN_FLUSH: Duration = Duration::from_secs(2);
 
-/// Most sockets at once between accept and a completed upgrade; sockets beyond it are closed at
-/// once (a flood of silent connections cannot exhaust file descriptors).
-pub const MAX_PENDING_HANDSHAKES: usize = 128;
+pub use pending::{MAX_PENDING_HANDSHAKES, MAX_PENDING_PER_ADDRESS};
+
+/// How often, at most, a warning about refused handshakes or failing accepts is logged.
+const WARN_EVERY: Duration = Duration::from_secs(1);
+
+/// Counts events and logs a warning about them at most every [`WARN_EVERY`].
+struct Throttled {
+    what: &'static str,
+    count: u64,
+    last: Option<std::time::Instant>,
+}
+
+impl Throttled {
+    fn new(what: &'static str) -> Self {
+        Throttled {
+            what,
+            count: 0,
+            last: None,
+        }
+    }
+
+    fn note(&mut self, detail: &dyn std::fmt::Display) {
+        self.count += 1;
+        if self.last.is_none_or(|t| t.elapsed() >= WARN_EVERY) {
+            tracing::warn!(count = self.count, "{}: {detail}", self.what);
+            self.count = 0;
+            self.last = Some(std::time::Instant::now());
+        }
+    }
+}
 
 enum Listener {
     Tcp {
@@ -55,6 +129,27 @@ enum Listener {
 enum Accepted {
     Tcp(TcpStream, SocketAddr),
     Unix(UnixStream, Option<u32>),
+}
+
+impl Accepted {
+    /// Closes the socket, first answering HTTP 503 without waiting if `plain` (not TLS; the
+    /// send buffer of a new socket is empty).
+    fn refuse_now(self, plain: bool) {
+        if !plain {
+            return;
+        }
+        const ANSWER: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\
+            Retry-After: 1\r\nConnection: close\r\n\r\n";
+        let _ = match &self {
+            Accepted::Tcp(s, _) => s.try_write(ANSWER),
+            Accepted::Unix(s, _) => s.try_write(ANSWER),
+        };
+    }
+}
+
+/// `EMFILE` or `ENFILE`: no descriptor for a new connection.
+fn is_out_of_descriptors(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE))
 }
 
 impl Listener {
@@ -115,13 +210,14 @@ impl Server {
         for listen in &config.listen {
             match listen {
                 Listen::Tcp(addr) => {
-                    let listener = TcpListener::bind(addr).await.map_err(|e| {
+                    let listener = listen_tcp(*addr).map_err(|e| {
                         io::Error::new(
                             e.kind(),
                             format!("cannot listen on {addr}: {}", describe(&e)),
                         )
                     })?;
                     let addr = listener.local_addr()?;
+                    pending::defer_accept(&listener);
                     let policy = UpgradePolicy::new(
                         &config.allow_origins,
                         addr.ip().is_loopback(),
@@ -223,7 +319,16 @@ impl Server {
         }
         let reaper = tokio::spawn(self.host.clone().reap_orphans());
         let stall_watch = tokio::spawn(self.host.clone().watch_stalls());
-        let pending = Arc::new(Semaphore::new(MAX_PENDING_HANDSHAKES));
+        let pending = Pending::new();
+        let mut refused = Throttled::new("too many handshakes in progress; refusing with 503");
+        let mut out_of_fds = Throttled::new(
+            "out of file descriptors (open-file limit): closing new connections; dispose \
+             terminals or raise the limit",
+        );
+        let mut accept_failed = Throttled::new("accept failed");
+        // One descriptor kept in reserve, released to take a connection off the queue when
+        // the daemon runs out of descriptors.
+        let mut reserve = std::fs::File::open("/dev/null").ok();
         let mut connections = JoinSet::new();
         tokio::pin!(shutdown);
         loop {
@@ -236,11 +341,37 @@ impl Server {
                 _ = &mut shutdown => break,
                 ((i, accepted), _, _) = any_accept => match accepted {
                     Ok(accepted) => {
-                        let Ok(permit) = pending.clone().try_acquire_owned() else {
-                            tracing::warn!(
-                                "too many handshakes in progress; closing a new connection"
-                            );
-                            continue;
+                        let (key, fd) = match &accepted {
+                            Accepted::Tcp(s, peer) => (PeerKey::Ip(peer.ip()), s.as_raw_fd()),
+                            Accepted::Unix(s, uid) => {
+                                // Checked before taking a slot: another user's peer must not
+                                // even evict a pending handshake.
+                                if !unix::peer_allowed(*uid) {
+                                    tracing::warn!(
+                                        uid = ?uid,
+                                        "Unix socket peer runs as another user; refused"
+                                    );
+                                    continue;
+                                }
+                                (PeerKey::Unix, s.as_raw_fd())
+                            }
+                        };
+                        let permit = match pending.admit(key, Some(fd)) {
+                            Ok(slot) => slot,
+                            Err(Full) => {
+                                match (accepted, &self.listeners[i]) {
+                                    (Accepted::Tcp(s, peer), Listener::Tcp { tls: None, .. }) => {
+                                        refused.note(&peer);
+                                        pending.refuse(s);
+                                    }
+                                    (Accepted::Tcp(_, peer), _) => refused.note(&peer),
+                                    (Accepted::Unix(s, _), _) => {
+                                        refused.note(&"unix");
+                                        pending.refuse(s);
+                                    }
+                                }
+                                continue;
+                            }
                         };
                         let ctx = self.ctx.clone();
                         match (accepted, &self.listeners[i]) {
@@ -255,13 +386,6 @@ impl Server {
                                 ));
                             }
                             (Accepted::Unix(stream, uid), Listener::Unix { policy, .. }) => {
-                                if !unix::peer_allowed(uid) {
-                                    tracing::warn!(
-                                        uid = ?uid,
-                                        "Unix socket peer runs as another user; refused"
-                                    );
-                                    continue;
-                                }
                                 connections.spawn(connection::handle_unix(
                                     stream,
                                     uid,
@@ -273,9 +397,26 @@ impl Server {
                             _ => {}
                         }
                     }
+                    Err(e) if is_out_of_descriptors(&e) => {
+                        // The waiting connection cannot be accepted, so the listener stays
+                        // readable: without taking it off the queue this would spin. Free the
+                        // reserve descriptor, accept it, tell it 503 and close it, then take
+                        // the reserve back.
+                        out_of_fds.note(&e);
+                        drop(reserve.take());
+                        let listener = &self.listeners[i];
+                        if let Some(Ok(accepted)) = listener.accept().now_or_never() {
+                            let tls = matches!(listener, Listener::Tcp { tls: Some(_), .. });
+                            accepted.refuse_now(!tls);
+                        }
+                        reserve = std::fs::File::open("/dev/null").ok();
+                        if reserve.is_none() {
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                        }
+                    }
                     Err(e) => {
-                        // Out of file descriptors and similar: keep serving the others.
-                        tracing::warn!(error = %e, "accept failed");
+                        // Keep serving the others.
+                        accept_failed.note(&e);
                         tokio::time::sleep(Duration::from_millis(50)).await;
                     }
                 },
@@ -305,6 +446,24 @@ pub async fn serve(config: &Config, shutdown: impl Future<Output = ()>) -> io::R
     let server = Server::bind(config).await?;
     server.run(shutdown).await;
     Ok(())
+}
+
+/// Connections the kernel may hold for a TCP listener before `accept` (`listen(2)` backlog,
+/// capped by `net.core.somaxconn`). Large, because with `TCP_DEFER_ACCEPT` idle sockets wait
+/// in this queue instead of in a pending-handshake slot.
+const LISTEN_BACKLOG: u32 = 4096;
+
+/// A TCP listener on `addr` (`SO_REUSEADDR`, like the standard library's) with a
+/// [`LISTEN_BACKLOG`] backlog.
+fn listen_tcp(addr: SocketAddr) -> io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
 }
 
 fn describe(e: &io::Error) -> String {

@@ -24,6 +24,11 @@ pub use process::{PtyProcess, SpawnRequest};
 /// Largest accepted `cols` or `rows` of a terminal (createTerminal, `terminal/resized`).
 pub const MAX_DIMENSION: i64 = 4096;
 
+/// File descriptors a running terminal keeps open: the pty master, the duplicate its reader
+/// and writer threads share, and their stop signal (an eventfd). Spawning briefly needs a few
+/// more (the pty slave and its copies for the child's standard streams, an exec-status pipe).
+pub const FDS_PER_TERMINAL: u64 = 3;
+
 /// Size of one pty read, in bytes.
 pub const READ_BUFFER_BYTES: usize = 64 * 1024;
 
@@ -58,7 +63,7 @@ pub fn start(
     request: SpawnRequest,
     pipeline: OutputPipeline,
 ) -> io::Result<(Arc<PtyProcess>, mpsc::Receiver<TerminalEvent>)> {
-    let (process, reader) = PtyProcess::spawn(request)?;
+    let (process, reader) = PtyProcess::spawn(request).map_err(explain_exhaustion)?;
     let pid = process.pid();
     let (tx, rx) = mpsc::channel(EVENT_CHANNEL_CAPACITY);
     let reader_tx = tx.clone();
@@ -72,6 +77,21 @@ pub fn start(
             let _ = tx.blocking_send(TerminalEvent::Exited(code));
         })?;
     Ok((Arc::new(process), rx))
+}
+
+/// `e`, explained as running out of file descriptors when this process is within a few of its
+/// open-file limit (the likely cause of a failure to open a pty or a pipe).
+fn explain_exhaustion(e: io::Error) -> io::Error {
+    match process::open_file_limit() {
+        Ok((soft, _)) if process::open_descriptors() + 16 >= soft => io::Error::new(
+            e.kind(),
+            format!(
+                "out of file descriptors (the open-file limit is {soft}): dispose terminals \
+                 or raise the limit ({e})"
+            ),
+        ),
+        _ => e,
+    }
 }
 
 fn reader_loop(

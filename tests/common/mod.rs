@@ -61,7 +61,11 @@ pub fn daemon_command(home: &std::path::Path, args: &[&str]) -> Command {
         .env("HOME", home)
         .env("XDG_RUNTIME_DIR", runtime_dir(home))
         .env("XDG_CONFIG_HOME", home.join(".config"))
-        .env("RUST_LOG", "info")
+        // AHPTY_TEST_LOG (e.g. `debug`) raises the daemons' log level when investigating.
+        .env(
+            "RUST_LOG",
+            std::env::var("AHPTY_TEST_LOG").unwrap_or_else(|_| "info".into()),
+        )
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
@@ -93,12 +97,13 @@ impl Daemon {
         args.extend_from_slice(extra);
         let mut cmd = daemon_command(home.path(), &args);
         cmd.envs(env.iter().copied());
-        Self::spawn(cmd, home)
+        Self::start_command(home, cmd)
     }
 
-    /// Spawns `cmd` (an `ahpty serve` with stderr piped and `RUST_LOG=info`) and waits for
-    /// its `listening on ws://` line; `home` is kept until the daemon is dropped.
-    pub fn spawn(mut cmd: Command, home: tempfile::TempDir) -> Daemon {
+    /// Starts `cmd` (built with [`daemon_command`] on `home`, possibly wrapped, e.g. in
+    /// `sh -c 'ulimit …; exec …'`) and waits for its `listening on ws://` line; `home` is kept
+    /// until the daemon is dropped.
+    pub fn start_command(home: tempfile::TempDir, mut cmd: Command) -> Daemon {
         let mut child = cmd.spawn().expect("spawn ahpty");
         let stderr = child.stderr.take().expect("stderr");
         let lines = Arc::new(Mutex::new(Vec::new()));

@@ -753,10 +753,16 @@ pub(crate) fn unescape(s: &[u8]) -> String {
     }
 }
 
-/// Title text: UTF-8 (lossy), C0/C1 control characters and DEL removed, cut to
-/// [`MAX_TITLE_CHARS`] chars.
+/// Title text: UTF-8 (lossy), then [`sanitize_title`].
 fn clean_title(raw: &[u8]) -> String {
-    String::from_utf8_lossy(raw)
+    sanitize_title(&String::from_utf8_lossy(raw))
+}
+
+/// A title as it may be stored and shown: C0/C1 control characters (ESC, BEL, …) and DEL
+/// removed, cut to [`MAX_TITLE_CHARS`] chars. Applied to titles from escape sequences and to
+/// titles set by clients alike.
+pub fn sanitize_title(title: &str) -> String {
+    title
         .chars()
         .filter(|&c| !(c < ' ' || ('\u{7f}'..='\u{9f}').contains(&c)))
         .take(MAX_TITLE_CHARS)
