@@ -154,7 +154,9 @@ async fn throughput() {
     let file = make_file(dir.path(), size);
     let path = file.to_str().unwrap().to_string();
     println!("\n## throughput: `cat` of a {size} MiB file\n");
-    println!("| run | bytes | time | MB/s | ratio to raw pty | CPU ms per MB (user + sys) | notes |");
+    println!(
+        "| run | bytes | time | MB/s | ratio to raw pty | CPU ms per MB (user + sys) | notes |"
+    );
     println!("|---|---|---|---|---|---|---|");
     for round in 0..2 {
         let cpu0 = thread_cpu();
@@ -177,7 +179,10 @@ async fn throughput() {
                 &["--no-shell-integration"]
             };
             let d = Daemon::start_with(args);
-            announce(&d, &format!("throughput #{round}, integration {integration}"));
+            announce(
+                &d,
+                &format!("throughput #{round}, integration {integration}"),
+            );
             let (mut c, _) = Lean::connect_init(d.addr(), "tp", None).await;
             c.keep_tail = Some(4096);
             let t = terminal(&mut c, "tp", integration).await;
@@ -304,7 +309,11 @@ fn descendants_named(root: u32, comm: &str) -> Vec<i32> {
     let mut parent = std::collections::HashMap::new();
     let mut names = std::collections::HashMap::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
             continue;
         };
         let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
@@ -620,10 +629,7 @@ async fn fanout() {
     let reference = many[n / 2];
     println!("| clients | per-client MB/s (min / median / max) | per-client ÷ reference (min / median) | aggregate MB/s | daemon CPU |");
     println!("|---|---|---|---|---|");
-    println!(
-        "| 1 | {s:.1} | — | {s:.1} | {:.0} % |",
-        cpu1 * 100.0
-    );
+    println!("| 1 | {s:.1} | — | {s:.1} | {:.0} % |", cpu1 * 100.0);
     println!(
         "| {n} (reference: the median) | {:.1} / {:.1} / {:.1} | {:.3} / {:.3} of one client alone | {sum:.1} | {:.0} % |",
         many[0],
@@ -830,7 +836,10 @@ async fn paused() {
     tokio::time::sleep(window).await;
     let (u1, s1) = cpu_secs(pid);
     let yes_cpu = (ticks_of(&yes) - yes0) as f64 / ticks_per_second() as f64;
-    println!("| daemon CPU (% of one core; user + sys) | CPU of the {} `yes` processes | daemon RSS |", yes.len());
+    println!(
+        "| daemon CPU (% of one core; user + sys) | CPU of the {} `yes` processes | daemon RSS |",
+        yes.len()
+    );
     println!("|---|---|---|");
     println!(
         "| **{:.2} %** ({:.2} + {:.2}) | {:.2} s in {} s | {:.1} MiB |",

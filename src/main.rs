@@ -6,8 +6,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use ahpty::config::{
-    Auth, Config, Listen, TlsFiles, Token, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_MESSAGE_BYTES,
-    DEFAULT_MAX_SUBSCRIPTIONS, DEFAULT_MAX_TERMINALS, DEFAULT_SCROLLBACK_BYTES, TOKEN_ENV,
+    Auth, Config, Listen, TlsFiles, Token, DEFAULT_LAG_LIMIT_BYTES, DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_SUBSCRIPTIONS, DEFAULT_MAX_TERMINALS,
+    DEFAULT_SCROLLBACK_BYTES, MIN_LAG_LIMIT_BYTES, TOKEN_ENV,
 };
 use ahpty::host::history::DEFAULT_TERMINAL_HISTORY_BYTES;
 use clap::{Parser, Subcommand};
@@ -88,6 +89,19 @@ struct ServeArgs {
     /// (at least 100 ms); `0` never closes it (its terminals stay paused while it stalls).
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration, value_name = "DURATION")]
     stall_timeout: Duration,
+    /// How long a viewer that stopped keeping up may hold back a terminal other viewers keep
+    /// up with (per episode); after that it is lagging and the terminal runs on without it.
+    /// `0` gives no grace.
+    #[arg(long, default_value = "250ms", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    lag_grace: Duration,
+    /// Close a lagging connection (code 4002) after this long (at least 100 ms); `0` never
+    /// closes it for time (the lag limit still applies).
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    lag_timeout: Duration,
+    /// Close a lagging connection (code 4002) once this many bytes of output wait for it
+    /// (at least 2 MiB).
+    #[arg(long, default_value_t = DEFAULT_LAG_LIMIT_BYTES, value_name = "BYTES")]
+    lag_limit_bytes: usize,
     /// Largest incoming WebSocket message, in bytes.
     #[arg(long, default_value_t = DEFAULT_MAX_MESSAGE_BYTES, value_name = "BYTES")]
     max_message_bytes: usize,
@@ -152,6 +166,10 @@ fn main() -> ExitCode {
         orphan_grace: (!args.orphan_grace.is_zero()).then_some(args.orphan_grace),
         stall_timeout: (!args.stall_timeout.is_zero())
             .then(|| args.stall_timeout.max(Duration::from_millis(100))),
+        lag_grace: args.lag_grace,
+        lag_timeout: (!args.lag_timeout.is_zero())
+            .then(|| args.lag_timeout.max(Duration::from_millis(100))),
+        lag_limit_bytes: args.lag_limit_bytes.max(MIN_LAG_LIMIT_BYTES),
         max_message_bytes: args.max_message_bytes.max(64 * 1024),
         max_terminals: args.max_terminals,
         max_subscriptions: args.max_subscriptions,

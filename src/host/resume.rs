@@ -4,16 +4,20 @@
 //! [`Host::reap_orphans`] disposes terminals whose holder stayed away past the grace period.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use ahp_types::commands::{ReconnectReplayResult, ReconnectResult, ReconnectSnapshotResult};
+use ahp_types::commands::{ReconnectResult, ReconnectSnapshotResult};
 
 use super::{channel, ConnId, Host, Inner};
+use crate::rpc::frame;
 use crate::terminal::PtyProcess;
 
 /// Largest `reconnect` replay, in bytes of encoded envelopes; a longer one is answered with
 /// snapshots instead, which are never larger than the retained state.
 pub const MAX_REPLAY_BYTES: usize = 32 * 1024 * 1024;
+
+/// A reaped terminal: its URI, claim holder and process.
+type Expired = (String, String, Arc<PtyProcess>);
 
 /// WebSocket close code sent to a connection whose `clientId` reconnected elsewhere.
 pub const CLOSE_SUPERSEDED: u16 = 4000;
@@ -30,14 +34,14 @@ impl Host {
     /// dispatched it); otherwise `{"type":"snapshot","snapshots":[…]}` with fresh snapshots.
     /// Channels that no longer exist are listed in `missing` (replay) or left out (snapshot).
     /// Either way the surviving subscriptions are live on this connection, atomically with the
-    /// answer queued by `respond`.
+    /// answer queued by `respond` (given the result as JSON text).
     pub fn reconnect(
         &self,
         conn: ConnId,
         client_id: String,
         last_seen: i64,
         subscriptions: &[String],
-        respond: impl FnOnce(ReconnectResult) -> String,
+        respond: impl FnOnce(&str) -> String,
     ) {
         let mut inner = self.lock();
         let others: Vec<ConnId> = inner
@@ -100,43 +104,45 @@ impl Host {
                 replay = Some(actions);
             }
         }
-        let result = match replay {
+        let (result, kind) = match replay {
             Some(actions) => {
                 for uri in &live {
                     inner.add_subscriber(conn, uri);
                 }
-                ReconnectResult::Replay(ReconnectReplayResult { actions, missing })
+                // The retained envelopes are replayed as they were sent, not re-encoded.
+                let kind = format!("replay of {} actions", actions.len());
+                let json =
+                    frame::replay_result(actions.iter().map(|e| e.envelope_json()), &missing);
+                (json, kind)
             }
             None => {
-                let snapshots = live
+                let snapshots: Vec<_> = live
                     .iter()
                     .filter_map(|uri| inner.subscribe(conn, uri).ok())
                     .collect();
-                ReconnectResult::Snapshot(ReconnectSnapshotResult { snapshots })
+                let kind = format!("{} snapshots", snapshots.len());
+                let result = ReconnectResult::Snapshot(ReconnectSnapshotResult { snapshots });
+                (serde_json::to_string(&result).unwrap_or_default(), kind)
             }
         };
-        let kind = match &result {
-            ReconnectResult::Replay(r) => format!("replay of {} actions", r.actions.len()),
-            ReconnectResult::Snapshot(s) => format!("{} snapshots", s.snapshots.len()),
-        };
         tracing::info!(conn, %client_id, last_seen, "client reconnected: {kind}");
-        let text = respond(result);
+        let text = respond(&result);
         inner.send(conn, text);
     }
 
-    /// Disposes, every tick, the terminals whose claim holder has had no live connection for
-    /// longer than the configured orphan grace; returns at once when reaping is disabled.
-    /// Runs until the host shuts down.
+    /// Disposes the terminals whose claim holder has had no live connection for longer than
+    /// the configured orphan grace, sleeping until the next orphan's deadline (or until an
+    /// orphan clock starts); returns at once when reaping is disabled. Runs until the host
+    /// shuts down.
     pub async fn reap_orphans(self: Arc<Self>) {
         let Some(grace) = self.config.orphan_grace else {
             return;
         };
-        let tick = (grace / 4).clamp(Duration::from_millis(50), Duration::from_secs(5));
-        let mut interval = tokio::time::interval(tick);
-        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            interval.tick().await;
-            let expired: Vec<(String, String, Arc<PtyProcess>)> = {
+            let notified = self.flow.reaper.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let (expired, next): (Vec<Expired>, Option<Instant>) = {
                 let mut inner = self.lock();
                 if inner.shutting_down {
                     return;
@@ -147,12 +153,20 @@ impl Host {
                     .filter(|(_, t)| t.orphaned_since.is_some_and(|s| s.elapsed() >= grace))
                     .map(|(uri, _)| uri.clone())
                     .collect();
-                uris.into_iter()
+                let expired = uris
+                    .into_iter()
                     .filter_map(|uri| {
                         let t = inner.remove_terminal(&uri)?;
                         Some((uri, t.holder, t.process))
                     })
-                    .collect()
+                    .collect();
+                let next = inner
+                    .terminals
+                    .values()
+                    .filter_map(|t| t.orphaned_since)
+                    .min()
+                    .map(|s| s + grace);
+                (expired, next)
             };
             for (uri, holder, process) in expired {
                 tracing::info!(
@@ -162,6 +176,15 @@ impl Host {
                     "reaping terminal: its claim holder has been disconnected longer than the orphan grace"
                 );
                 self.kill(process).await;
+            }
+            match next {
+                Some(at) => {
+                    tokio::select! {
+                        _ = &mut notified => {}
+                        _ = tokio::time::sleep_until(at.into()) => {}
+                    }
+                }
+                None => notified.await,
             }
         }
     }
@@ -176,6 +199,7 @@ impl Inner {
                 t.orphaned_since = None;
             } else if t.orphaned_since.is_none() {
                 t.orphaned_since = Some(now);
+                self.flow.reaper.notify_one();
             }
         }
     }

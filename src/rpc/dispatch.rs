@@ -256,7 +256,7 @@ impl RpcConnection {
             p.client_id,
             p.last_seen_server_seq,
             &p.subscriptions,
-            |result| frame::success(&id, result),
+            |result| frame::success_raw(&id, result),
         );
     }
 
