@@ -829,7 +829,12 @@ async fn paused() {
     for t in &uris {
         c.input(t, "yes\r").await;
     }
-    tokio::time::sleep(Duration::from_secs(5)).await; // the queue fills; not a wait for an event
+    // Every terminal runs `yes` (polling /proc), then the queue and the pty buffers fill.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while descendants_named(pid, "yes").len() < n && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await; // settling; not a wait for an event
     let yes = descendants_named(pid, "yes");
     let yes0 = ticks_of(&yes);
     let (u0, s0) = cpu_secs(pid);

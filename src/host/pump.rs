@@ -210,7 +210,14 @@ impl Pump {
                     Err(TryRecvError::Disconnected) => return (batch, bytes),
                 }
             }
-            if bytes >= COALESCE_BYTES {
+            // Full, or a subscriber this terminal waits for is now congested: the gate is about
+            // to close, so stop taking output (it stays in the bounded hand-off and the pty).
+            if bytes >= COALESCE_BYTES
+                || self
+                    .in_flight
+                    .iter()
+                    .any(|(q, _)| q.is_congested() && !q.is_lagging() && !q.is_killed())
+            {
                 return (batch, bytes);
             }
             // This terminal's own last update, to subscribers that keep up (a congested one is
