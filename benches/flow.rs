@@ -834,26 +834,40 @@ async fn paused() {
     while descendants_named(pid, "yes").len() < n && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    tokio::time::sleep(Duration::from_secs(3)).await; // settling; not a wait for an event
+    // Then until they are all blocked: their CPU time stops growing (or 60 s pass).
     let yes = descendants_named(pid, "yes");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut before = ticks_of(&yes);
+    let mut settled_after = Duration::ZERO;
+    let t0 = Instant::now();
+    while Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = ticks_of(&yes);
+        if now == before {
+            settled_after = t0.elapsed();
+            break;
+        }
+        before = now;
+    }
     let yes0 = ticks_of(&yes);
     let (u0, s0) = cpu_secs(pid);
     tokio::time::sleep(window).await;
     let (u1, s1) = cpu_secs(pid);
     let yes_cpu = (ticks_of(&yes) - yes0) as f64 / ticks_per_second() as f64;
     println!(
-        "| daemon CPU (% of one core; user + sys) | CPU of the {} `yes` processes | daemon RSS |",
+        "| daemon CPU (% of one core; user + sys) | CPU of the {} `yes` processes | daemon RSS | all blocked after |",
         yes.len()
     );
-    println!("|---|---|---|");
+    println!("|---|---|---|---|");
     println!(
-        "| **{:.2} %** ({:.2} + {:.2}) | {:.2} s in {} s | {:.1} MiB |",
+        "| **{:.2} %** ({:.2} + {:.2}) | {:.2} s in {} s | {:.1} MiB | {:.0} s |",
         (u1 - u0 + s1 - s0) / window.as_secs_f64() * 100.0,
         (u1 - u0) / window.as_secs_f64() * 100.0,
         (s1 - s0) / window.as_secs_f64() * 100.0,
         yes_cpu,
         window.as_secs(),
-        mib(rss_bytes(pid))
+        mib(rss_bytes(pid)),
+        settled_after.as_secs_f64()
     );
 }
 
