@@ -650,6 +650,27 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn the_watchdog_closes_a_stalled_connection_at_its_deadline() {
+        let config = Config {
+            stall_timeout: Some(Duration::from_secs(30)),
+            ..Config::default()
+        };
+        let host = Host::new(&config);
+        let (outbox, rx) = host.new_outbox();
+        let killed = rx.kill_signal();
+        host.connect(outbox.clone());
+        tokio::spawn(host.clone().watch_stalls());
+        outbox.send("x".repeat(OVER));
+        // Paused time jumps to the next timer whenever every task sleeps: the connection must
+        // be closed at its deadline, not before.
+        let early = tokio::time::timeout(Duration::from_millis(29_990), killed.killed()).await;
+        assert!(early.is_err(), "closed before the stall timeout: {early:?}");
+        let (code, reason) = killed.killed().await;
+        assert_eq!(code, CLOSE_STALLED);
+        assert_eq!(reason, "stalled: output not read for 30 s");
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn subscriber_changes_wake_the_terminal() {
         let wake = Arc::new(Notify::new());
         let mut s = Subscribers::new(wake.clone());
