@@ -544,57 +544,81 @@ async fn viewer(d: &Daemon, client_id: &str, t: &str) -> Viewer {
     Viewer::spawn(c)
 }
 
+/// Per-viewer rates (MB/s of frames) over `window`.
+async fn rates(viewers: &[Viewer], window: Duration) -> Vec<f64> {
+    let start: Vec<u64> = viewers.iter().map(Viewer::bytes).collect();
+    let t0 = Instant::now();
+    tokio::time::sleep(window).await;
+    let el = t0.elapsed();
+    viewers
+        .iter()
+        .zip(start)
+        .map(|(v, a)| mb_per_s(v.bytes() - a, el))
+        .collect()
+}
+
 /// Per-client receive rates (MB/s of frames) of `clients` subscribers of one `yes` flood,
-/// measured over `window` after a 1 s warm-up. With `stalled`, one more viewer reads during
-/// the warm-up and stops reading when the window starts; its rate is not reported. Returns
-/// (rates, daemon CPU as a fraction of one core, when the stalled viewer was cut loose).
-async fn fan(
-    d: &Daemon,
-    clients: usize,
-    stalled: bool,
-    window: Duration,
-) -> (Vec<f64>, f64, Option<Duration>) {
+/// measured over `window` after a 1 s warm-up, and the daemon's CPU (fraction of one core).
+async fn fan(d: &Daemon, clients: usize, window: Duration) -> (Vec<f64>, f64) {
     let (mut ctl, t) = flood_terminal(d, "fan").await;
     let mut viewers = Vec::new();
     for i in 0..clients {
         viewers.push(viewer(d, &format!("fan-{clients}-{i}"), &t).await);
     }
-    let slow = if stalled {
-        Some(viewer(d, "fan-stalled", &t).await)
-    } else {
-        None
-    };
     ctl.input(&t, "yes\r").await;
     tokio::time::sleep(Duration::from_secs(1)).await; // warm-up, not a wait for an event
     let cpu0 = cpu_ticks(d.pid() as i32).unwrap();
-    let start: Vec<u64> = viewers.iter().map(Viewer::bytes).collect();
     let t0 = Instant::now();
-    if let Some(s) = &slow {
-        s.stall.store(true, Ordering::Relaxed);
-    }
-    let mut cut = None;
-    while t0.elapsed() < window {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        if cut.is_none() && stalled && cuts_of(d, "fan-stalled") > 0 {
-            cut = Some(t0.elapsed());
-        }
-    }
-    let end: Vec<u64> = viewers.iter().map(Viewer::bytes).collect();
-    let el = t0.elapsed();
+    let r = rates(&viewers, window).await;
     let cpu = (cpu_ticks(d.pid() as i32).unwrap() - cpu0) as f64 / ticks_per_second() as f64;
+    let cpu = cpu / t0.elapsed().as_secs_f64();
     ctl.input(&t, "\u{3}").await;
     for v in viewers {
         let _ = v.finish().await;
     }
-    if let Some(s) = slow {
-        let _ = s.finish().await;
+    (r, cpu)
+}
+
+/// `clients` viewers of one `yes` flood plus one more that reads, then stops reading: the
+/// others' rates over `window` before it stops, while it is stalled (from the moment it
+/// stops), and after; and when the daemon cut it loose.
+async fn fan_with_stalled(
+    d: &Daemon,
+    clients: usize,
+    window: Duration,
+) -> ([Vec<f64>; 3], Option<Duration>) {
+    let (mut ctl, t) = flood_terminal(d, "fans").await;
+    let mut viewers = Vec::new();
+    for i in 0..clients {
+        viewers.push(viewer(d, &format!("fans-{i}"), &t).await);
     }
-    let rates = start
+    let slow = viewer(d, "fan-stalled", &t).await;
+    ctl.input(&t, "yes\r").await;
+    tokio::time::sleep(Duration::from_secs(1)).await; // warm-up, not a wait for an event
+    let before = rates(&viewers, window).await;
+    slow.stall.store(true, Ordering::Relaxed);
+    let start: Vec<u64> = viewers.iter().map(Viewer::bytes).collect();
+    let t0 = Instant::now();
+    let mut cut = None;
+    while t0.elapsed() < window {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        if cut.is_none() && cuts_of(d, "fan-stalled") > 0 {
+            cut = Some(t0.elapsed());
+        }
+    }
+    let el = t0.elapsed();
+    let during = viewers
         .iter()
-        .zip(&end)
-        .map(|(a, b)| mb_per_s(b - a, el))
+        .zip(start)
+        .map(|(v, a)| mb_per_s(v.bytes() - a, el))
         .collect();
-    (rates, cpu / el.as_secs_f64(), cut)
+    let after = rates(&viewers, window).await;
+    ctl.input(&t, "\u{3}").await;
+    for v in viewers {
+        let _ = v.finish().await;
+    }
+    let _ = slow.finish().await;
+    ([before, during, after], cut)
 }
 
 fn sorted(mut v: Vec<f64>) -> Vec<f64> {
@@ -602,58 +626,78 @@ fn sorted(mut v: Vec<f64>) -> Vec<f64> {
     v
 }
 
+fn median(v: &[f64]) -> f64 {
+    sorted(v.to_vec())[v.len() / 2]
+}
+
 async fn fanout() {
     let n = env_num("FLOW_BENCH_FANOUT", 32) as usize;
     let window = Duration::from_secs(5);
     println!(
-        "\n## fan-out: clients on one `yes` flood ({}-s window)\n",
+        "\n## fan-out: clients on one `yes` flood ({}-s windows)\n",
         window.as_secs()
     );
     let d = Daemon::start();
     announce(&d, "fanout 1");
-    let (single, cpu1, _) = fan(&d, 1, false, window).await;
+    let (single, cpu1) = fan(&d, 1, window).await;
     drop(d);
     let d = Daemon::start();
     announce(&d, &format!("fanout {n}"));
-    let (many, cpun, _) = fan(&d, n, false, window).await;
-    drop(d);
-    let d = Daemon::start();
-    announce(&d, &format!("fanout {} + 1 stalled", n - 1));
-    let (with_stalled, cpus, cut) = fan(&d, n - 1, true, window).await;
-    let kinds = cut_kinds(&d, "fan-stalled");
+    let (many, cpun) = fan(&d, n, window).await;
     drop(d);
     let many = sorted(many);
-    let with_stalled = sorted(with_stalled);
     let s = single[0];
     let sum: f64 = many.iter().sum();
-    let reference = many[n / 2];
-    println!("| clients | per-client MB/s (min / median / max) | per-client ÷ reference (min / median) | aggregate MB/s | daemon CPU |");
+    println!("| clients | per-client MB/s (min / median / max) | per-client ÷ one client alone (median) | aggregate MB/s | daemon CPU |");
     println!("|---|---|---|---|---|");
-    println!("| 1 | {s:.1} | — | {s:.1} | {:.0} % |", cpu1 * 100.0);
+    println!("| 1 | {s:.1} | 1.00 | {s:.1} | {:.0} % |", cpu1 * 100.0);
     println!(
-        "| {n} (reference: the median) | {:.1} / {:.1} / {:.1} | {:.3} / {:.3} of one client alone | {sum:.1} | {:.0} % |",
+        "| {n} | {:.1} / {:.1} / {:.1} | {:.3} | {sum:.1} | {:.0} % |",
         many[0],
         many[n / 2],
         many[n - 1],
-        many[0] / s,
         many[n / 2] / s,
         cpun * 100.0
     );
-    let m = with_stalled.len();
+
+    let d = Daemon::start();
+    announce(&d, &format!("fanout {} + 1 stalled", n - 1));
+    let ([before, during, after], cut) = fan_with_stalled(&d, n - 1, window).await;
+    let kinds = cut_kinds(&d, "fan-stalled");
+    drop(d);
+    let reference = median(&before);
     println!(
-        "| {m} + 1 stalled (not counted) | {:.1} / {:.1} / {:.1} | **{:.3}** / **{:.3}** | {:.1} | {:.0} % |",
-        with_stalled[0],
-        with_stalled[m / 2],
-        with_stalled[m - 1],
-        with_stalled[0] / reference,
-        with_stalled[m / 2] / reference,
-        with_stalled.iter().sum::<f64>(),
-        cpus * 100.0
+        "\n{} viewers beside one more that stops reading (one daemon; each window {} s; the \
+         reference is the median rate while all 32 read):\n",
+        n - 1,
+        window.as_secs()
     );
     println!(
-        "\nThe stalled viewer stopped reading when the window started; it was {}.",
+        "| window | per-viewer MB/s (min / median / max) | min ÷ reference | median ÷ reference |"
+    );
+    println!("|---|---|---|---|");
+    for (name, r) in [
+        ("all 32 reading", &before),
+        ("one stalled, from the moment it stops", &during),
+        ("after", &after),
+    ] {
+        let r = sorted(r.clone());
+        println!(
+            "| {name} | {:.1} / {:.1} / {:.1} | **{:.3}** | {:.3} |",
+            r[0],
+            r[r.len() / 2],
+            r[r.len() - 1],
+            r[0] / reference,
+            r[r.len() / 2] / reference
+        );
+    }
+    println!(
+        "\nThe stalled viewer was {}.",
         match cut {
-            Some(at) => format!("closed after {} ms ({kinds})", at.as_millis()),
+            Some(at) => format!(
+                "closed {} ms after it stopped reading ({kinds})",
+                at.as_millis()
+            ),
             None => "not closed within the window".into(),
         }
     );
