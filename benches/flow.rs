@@ -304,49 +304,6 @@ fn raw_pty_echo(n: usize) -> Vec<Duration> {
 
 // ─── memory ──────────────────────────────────────────────────────────────────
 
-/// Pids of the processes named `comm` among the descendants of `root`.
-fn descendants_named(root: u32, comm: &str) -> Vec<i32> {
-    let mut parent = std::collections::HashMap::new();
-    let mut names = std::collections::HashMap::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
-            continue;
-        };
-        let ppid = stat[close + 1..]
-            .split_whitespace()
-            .nth(1)
-            .and_then(|v| v.parse::<i32>().ok())
-            .unwrap_or(0);
-        parent.insert(pid, ppid);
-        names.insert(pid, stat[open + 1..close].to_string());
-    }
-    let descends = |mut p: i32| {
-        for _ in 0..16 {
-            match parent.get(&p) {
-                Some(&pp) if pp == root as i32 => return true,
-                Some(&pp) if pp > 1 => p = pp,
-                _ => return false,
-            }
-        }
-        false
-    };
-    names
-        .iter()
-        .filter(|(pid, name)| name.as_str() == comm && descends(**pid))
-        .map(|(pid, _)| *pid)
-        .collect()
-}
-
 /// CPU ticks used by `pids` in total (gone processes count 0).
 fn ticks_of(pids: &[i32]) -> u64 {
     pids.iter().filter_map(|&p| cpu_ticks(p)).sum()
@@ -809,6 +766,19 @@ async fn stalled() {
 
 // ─── scale ───────────────────────────────────────────────────────────────────
 
+/// `n` terminals created and subscribed to by `c` (their data counted, not kept).
+async fn many_terminals(c: &mut Lean, tag: &str, n: usize) -> Vec<String> {
+    let mut uris = Vec::new();
+    for i in 0..n {
+        let t = term_uri(&format!("{tag}{i}"));
+        c.create_terminal(&t).await;
+        c.subscribe(&t).await;
+        c.watch.remove(&t);
+        uris.push(t);
+    }
+    uris
+}
+
 async fn scale() {
     let n = env_num("FLOW_BENCH_SCALE", 256) as usize;
     let window = Duration::from_secs(10);
@@ -818,14 +788,7 @@ async fn scale() {
     let d = Daemon::start_with(&["--no-shell-integration"]);
     announce(&d, "scale");
     let (mut c, _) = Lean::connect_init(d.addr(), "scale", None).await;
-    let mut uris = Vec::new();
-    for i in 0..n {
-        let t = term_uri(&format!("scale{i}"));
-        c.create_terminal(&t).await;
-        c.subscribe(&t).await;
-        c.watch.remove(&t);
-        uris.push(t);
-    }
+    let uris = many_terminals(&mut c, "scale", n).await;
     for t in &uris {
         c.input(t, "while :; do echo x; read -t 0.1; done\r").await;
     }
@@ -861,14 +824,7 @@ async fn paused() {
     announce(&d, "paused");
     let pid = d.pid();
     let (mut c, _) = Lean::connect_init(d.addr(), "paused", Some(16 * 1024)).await;
-    let mut uris = Vec::new();
-    for i in 0..n {
-        let t = term_uri(&format!("paused{i}"));
-        c.create_terminal(&t).await;
-        c.subscribe(&t).await;
-        c.watch.remove(&t);
-        uris.push(t);
-    }
+    let uris = many_terminals(&mut c, "paused", n).await;
     // From here on the client never reads; input still goes through.
     for t in &uris {
         c.input(t, "yes\r").await;

@@ -585,18 +585,55 @@ pub fn ticks_per_second() -> u64 {
     }
 }
 
+/// Pids of every live process.
+pub fn proc_pids() -> impl Iterator<Item = i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()))
+}
+
+/// Pids of the processes named `comm` among the descendants of `root`.
+pub fn descendants_named(root: u32, comm: &str) -> Vec<i32> {
+    let mut parent = HashMap::new();
+    let mut names = HashMap::new();
+    for pid in proc_pids() {
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let ppid = stat[close + 1..]
+            .split_whitespace()
+            .nth(1)
+            .and_then(|v| v.parse::<i32>().ok())
+            .unwrap_or(0);
+        parent.insert(pid, ppid);
+        names.insert(pid, stat[open + 1..close].to_string());
+    }
+    let descends = |mut p: i32| {
+        for _ in 0..16 {
+            match parent.get(&p) {
+                Some(&pp) if pp == root as i32 => return true,
+                Some(&pp) if pp > 1 => p = pp,
+                _ => return false,
+            }
+        }
+        false
+    };
+    names
+        .iter()
+        .filter(|(pid, name)| name.as_str() == comm && descends(**pid))
+        .map(|(pid, _)| *pid)
+        .collect()
+}
+
 /// Pids of live processes whose command line contains `needle` (arguments joined by spaces).
 pub fn pids_with_cmdline(needle: &str) -> Vec<i32> {
     let mut out = Vec::new();
     let me = std::process::id() as i32;
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<i32>().ok())
-        else {
-            continue;
-        };
+    for pid in proc_pids() {
         if pid == me {
             continue;
         }
