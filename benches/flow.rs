@@ -1,13 +1,17 @@
-//! Flow-control benchmarks for ahpty (not run by `cargo test`): throughput against a raw pty,
-//! echo latency, memory under a stalled flood and per idle terminal, fan-out, and CPU with
-//! many chatty terminals. Results and how to read them: docs/performance.md.
+//! Flow-control benchmarks for ahpty (not run by `cargo test`): throughput and CPU per MB
+//! against a raw pty, echo latency, memory under a stalled flood and per idle terminal, a fast
+//! viewer beside a stalled one, fan-out (with and without a stalled viewer), CPU with many
+//! chatty terminals and with many paused ones. Results and how to read them:
+//! docs/performance.md.
 //!
 //! ```text
 //! cargo bench --bench flow                      # everything
-//! cargo bench --bench flow -- throughput latency memory idle fanout scale
+//! cargo bench --bench flow -- throughput latency memory idle stalled fanout scale paused
 //! ```
 //! Environment: `FLOW_BENCH_FILE_MIB` (default 256), `FLOW_BENCH_STALL_SECS` (60),
-//! `FLOW_BENCH_IDLE_TERMINALS` (100), `FLOW_BENCH_FANOUT` (32), `FLOW_BENCH_SCALE` (256).
+//! `FLOW_BENCH_STALLED_SECS` (60), `FLOW_BENCH_IDLE_TERMINALS` (100), `FLOW_BENCH_FANOUT` (32),
+//! `FLOW_BENCH_SCALE` (256), `FLOW_BENCH_PAUSED` (256). Each benchmark prints the daemon's pid
+//! on stderr (`daemon pid N: …`), so a profiler can be attached to it.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -48,6 +52,30 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 
 fn us(d: Duration) -> String {
     format!("{:.0} µs", d.as_secs_f64() * 1e6)
+}
+
+/// (user, system) CPU seconds of all threads of `pid`.
+fn cpu_secs(pid: u32) -> (f64, f64) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let f: Vec<&str> = stat[stat.rfind(')').map_or(0, |i| i + 1)..]
+        .split_whitespace()
+        .collect();
+    let tick = ticks_per_second() as f64;
+    let field = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0) / tick;
+    (field(11), field(12))
+}
+
+/// (user, system) CPU seconds used by the calling thread so far.
+fn thread_cpu() -> (f64, f64) {
+    // SAFETY: getrusage writes into the struct we pass and has no other preconditions.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    (secs(ru.ru_utime), secs(ru.ru_stime))
+}
+
+fn announce(d: &Daemon, what: &str) {
+    eprintln!("daemon pid {}: {what}", d.pid());
 }
 
 /// A file of printable lines (100 bytes each incl. `\n`), `mib` MiB long.
@@ -126,15 +154,22 @@ async fn throughput() {
     let file = make_file(dir.path(), size);
     let path = file.to_str().unwrap().to_string();
     println!("\n## throughput: `cat` of a {size} MiB file\n");
-    println!("| run | bytes | time | MB/s | ratio to raw pty | notes |");
-    println!("|---|---|---|---|---|---|");
-    let mut rows = Vec::new();
+    println!(
+        "| run | bytes | time | MB/s | ratio to raw pty | CPU ms per MB (user + sys) | notes |"
+    );
+    println!("|---|---|---|---|---|---|---|");
     for round in 0..2 {
+        let cpu0 = thread_cpu();
         let (raw_bytes, reads, raw_t) = raw_pty_read(&["cat", &path]);
+        let cpu1 = thread_cpu();
         let raw = mb_per_s(raw_bytes, raw_t);
+        let raw_mb = raw_bytes as f64 / 1e6;
         println!(
-            "| raw pty #{round} | {raw_bytes} | {:.2} s | {raw:.1} | 1.00 | {reads} reads, avg {} B |",
+            "| raw pty #{round} | {raw_bytes} | {:.2} s | {raw:.1} | 1.00 | {:.2} ({:.2} + {:.2}), the reading thread | {reads} reads, avg {} B |",
             raw_t.as_secs_f64(),
+            (cpu1.0 - cpu0.0 + cpu1.1 - cpu0.1) * 1e3 / raw_mb,
+            (cpu1.0 - cpu0.0) * 1e3 / raw_mb,
+            (cpu1.1 - cpu0.1) * 1e3 / raw_mb,
             raw_bytes / reads.max(1)
         );
         for integration in [true, false] {
@@ -144,29 +179,36 @@ async fn throughput() {
                 &["--no-shell-integration"]
             };
             let d = Daemon::start_with(args);
+            announce(
+                &d,
+                &format!("throughput #{round}, integration {integration}"),
+            );
             let (mut c, _) = Lean::connect_init(d.addr(), "tp", None).await;
             c.keep_tail = Some(4096);
             let t = terminal(&mut c, "tp", integration).await;
             let before = c.data_len.get(&t).copied().unwrap_or(0);
             let frames0 = c.data_frames;
+            let (u0, s0) = cpu_secs(d.pid());
             let t0 = Instant::now();
             c.input(&t, &format!("cat {path}; echo tp-end-$((40+2))\r"))
                 .await;
             c.wait_data(&t, "tp-end-42", Duration::from_secs(600)).await;
             let el = t0.elapsed();
+            let (u1, s1) = cpu_secs(d.pid());
             let bytes = (c.data_len[&t] - before) as u64;
             let frames = (c.data_frames - frames0) as u64;
             let rate = mb_per_s(bytes, el);
-            let cpu = cpu_ticks(d.pid() as i32).unwrap_or(0);
+            let mb = bytes as f64 / 1e6;
             println!(
-                "| ahpty #{round}, integration {} | {bytes} | {:.2} s | {rate:.1} | **{:.2}** | {frames} envelopes, avg {} B; daemon CPU {:.1} s total |",
+                "| ahpty #{round}, integration {} | {bytes} | {:.2} s | {rate:.1} | **{:.2}** | **{:.2}** ({:.2} + {:.2}) | {frames} envelopes, avg {} B |",
                 if integration { "on" } else { "off" },
                 el.as_secs_f64(),
                 rate / raw,
+                (u1 - u0 + s1 - s0) * 1e3 / mb,
+                (u1 - u0) * 1e3 / mb,
+                (s1 - s0) * 1e3 / mb,
                 bytes / frames.max(1),
-                cpu as f64 / ticks_per_second() as f64
             );
-            rows.push(rate / raw);
         }
     }
 }
@@ -177,6 +219,7 @@ async fn latency() {
     const N: usize = 1000;
     println!("\n## echo latency: {N} keystrokes into `cat` (kernel echo), one at a time\n");
     let d = Daemon::start_with(&["--no-shell-integration"]);
+    announce(&d, "latency");
     let (mut c, _) = Lean::connect_init(d.addr(), "lat", None).await;
     let t = terminal(&mut c, "lat", false).await;
     c.input(&t, "cat\r").await;
@@ -261,55 +304,56 @@ fn raw_pty_echo(n: usize) -> Vec<Duration> {
 
 // ─── memory ──────────────────────────────────────────────────────────────────
 
+/// CPU ticks used by `pids` in total (gone processes count 0).
+fn ticks_of(pids: &[i32]) -> u64 {
+    pids.iter().filter_map(|&p| cpu_ticks(p)).sum()
+}
+
 async fn memory() {
-    let secs = env_num("FLOW_BENCH_STALL_SECS", 60);
-    println!("\n## memory: a stalled subscriber on a `yes` flood for {secs} s\n");
+    let secs = env_num("FLOW_BENCH_STALL_SECS", 30);
+    println!("\n## memory: the only subscriber stalled on a `yes` flood for {secs} s\n");
     let d = Daemon::start_with(&["--stall-timeout", "1h"]);
+    announce(&d, "memory");
     let pid = d.pid();
     let (mut h, _) = Lean::connect_init(d.addr(), "mem-h", None).await;
     let t = terminal(&mut h, "mem", true).await;
+    // The controller only types: the stalled client is the terminal's one subscriber.
+    h.send_json(&json!({"jsonrpc": "2.0", "method": "unsubscribe", "params": {"channel": t}}))
+        .await;
     let (mut s, _) = Lean::connect_init(d.addr(), "mem-stalled", Some(16 * 1024)).await;
     s.subscribe(&t).await;
     let rss0 = rss_bytes(pid);
-    h.watch.remove(&t);
     h.input(&t, "yes\r").await;
     let mut samples = Vec::new();
-    let mut healthy = Vec::new();
+    tokio::time::sleep(Duration::from_secs(2)).await; // the queue fills; not a wait for an event
+    let yes = descendants_named(pid, "yes");
+    let yes0 = ticks_of(&yes);
+    let cpu0 = cpu_ticks(pid as i32).unwrap_or(0);
     for _ in 0..secs {
-        let got = h.drain_for(Duration::from_secs(1)).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
         samples.push(rss_bytes(pid));
-        healthy.push(got as u64);
     }
+    let yes_cpu = (ticks_of(&yes) - yes0) as f64 / ticks_per_second() as f64;
+    let cpu = (cpu_ticks(pid as i32).unwrap_or(0) - cpu0) as f64 / ticks_per_second() as f64;
     let max = *samples.iter().max().unwrap();
     let min = *samples.iter().min().unwrap();
     let ten = samples.len().min(10);
-    let first = samples[ten - 1];
-    let last = *samples.last().unwrap();
-    let moved: u64 = healthy.iter().sum();
     println!("| measure | value |");
     println!("|---|---|");
     println!("| RSS before the flood | {:.1} MiB |", mib(rss0));
     println!(
-        "| RSS min / max during the flood | {:.1} / **{:.1} MiB** |",
+        "| RSS min / max over {secs} s | {:.1} / **{:.1} MiB** |",
         mib(min),
         mib(max)
     );
     println!(
         "| RSS at 10 s → at {secs} s | {:.1} → {:.1} MiB |",
-        mib(first),
-        mib(last)
+        mib(samples[ten - 1]),
+        mib(*samples.last().unwrap())
     );
     println!(
-        "| data frames read by the healthy client over {secs} s | {} bytes (paused) |",
-        moved
-    );
-    println!(
-        "| RSS per second | {} |",
-        samples
-            .iter()
-            .map(|b| format!("{:.1}", mib(*b)))
-            .collect::<Vec<_>>()
-            .join(" ")
+        "| CPU of `yes` / of the daemon over {secs} s | {:.2} s / {:.2} s (paused: both ≈ 0) |",
+        yes_cpu, cpu
     );
     h.input(&t, "\u{3}").await;
     drop(s);
@@ -365,141 +409,466 @@ async fn idle() {
 
 // ─── fan-out ─────────────────────────────────────────────────────────────────
 
-/// Counts the text bytes a connection receives until `stop`.
-fn spawn_counter(
-    mut c: Lean,
-    counter: Arc<AtomicU64>,
+/// A viewer in its own task: counts the text-frame bytes it receives, stops polling its
+/// socket while `stall` is set, and hands its connection back once `stop` is set.
+struct Viewer {
+    bytes: Arc<AtomicU64>,
+    stall: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        while !stop.load(Ordering::Relaxed) {
-            match tokio::time::timeout(Duration::from_millis(100), c.ws.next()).await {
-                Ok(Some(Ok(Message::Text(t)))) => {
-                    counter.fetch_add(t.len() as u64, Ordering::Relaxed);
-                }
-                Ok(Some(Ok(_))) | Err(_) => {}
-                Ok(None) | Ok(Some(Err(_))) => break,
-            }
-        }
-    })
+    task: tokio::task::JoinHandle<Lean>,
 }
 
-/// Per-client receive rate (MB/s of frames) of `clients` subscribers of one `yes` flood.
-async fn fan(d: &Daemon, clients: usize, window: Duration) -> (Vec<f64>, f64) {
-    let (mut ctl, _) = Lean::connect_init(d.addr(), &format!("fan-ctl-{clients}"), None).await;
-    let t = term_uri("fan");
+impl Viewer {
+    fn spawn(mut c: Lean) -> Viewer {
+        let bytes = Arc::new(AtomicU64::new(0));
+        let stall = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (b, st, sp) = (bytes.clone(), stall.clone(), stop.clone());
+        let task = tokio::spawn(async move {
+            while !sp.load(Ordering::Relaxed) {
+                if st.load(Ordering::Relaxed) {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+                match tokio::time::timeout(Duration::from_millis(50), c.ws.next()).await {
+                    Ok(Some(Ok(Message::Text(t)))) => {
+                        b.fetch_add(t.len() as u64, Ordering::Relaxed);
+                    }
+                    Ok(Some(Ok(_))) | Err(_) => {}
+                    Ok(None) | Ok(Some(Err(_))) => break,
+                }
+            }
+            c
+        });
+        Viewer {
+            bytes,
+            stall,
+            stop,
+            task,
+        }
+    }
+
+    fn bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Relaxed)
+    }
+
+    async fn finish(self) -> Option<Lean> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.task.await.ok()
+    }
+}
+
+/// Lines of the daemon's log that report closing a connection of `client_id`.
+fn cuts_of(d: &Daemon, client_id: &str) -> usize {
+    d.stderr()
+        .lines()
+        .filter(|l| l.contains("closing a") && l.contains(client_id))
+        .count()
+}
+
+/// The close reasons logged for `client_id` (the words after "closing a").
+fn cut_kinds(d: &Daemon, client_id: &str) -> String {
+    let mut kinds: Vec<String> = d
+        .stderr()
+        .lines()
+        .filter(|l| l.contains("closing a") && l.contains(client_id))
+        .filter_map(|l| {
+            let i = l.find("closing a")?;
+            Some(l[i..].split(':').next()?.to_string())
+        })
+        .collect();
+    kinds.dedup();
+    kinds.join(", ")
+}
+
+/// A terminal running nothing yet, created by a controller that then unsubscribes (so it
+/// never paces the terminal); returns the controller and the terminal's URI.
+async fn flood_terminal(d: &Daemon, tag: &str) -> (Lean, String) {
+    let (mut ctl, _) = Lean::connect_init(d.addr(), &format!("{tag}-ctl"), None).await;
+    let t = term_uri(tag);
     ctl.create_terminal(&t).await;
     ctl.subscribe(&t).await;
     ctl.ready(&t).await;
-    let mut counters = Vec::new();
-    let mut tasks = Vec::new();
-    let stop = Arc::new(AtomicBool::new(false));
-    for i in 0..clients {
-        let (mut c, _) = Lean::connect_init(d.addr(), &format!("fan-{clients}-{i}"), None).await;
-        c.subscribe(&t).await;
-        let n = Arc::new(AtomicU64::new(0));
-        counters.push(n.clone());
-        tasks.push(spawn_counter(c, n, stop.clone()));
-    }
-    // The controller stops being a subscriber that could slow the flood down.
     ctl.send_json(&json!({"jsonrpc": "2.0", "method": "unsubscribe", "params": {"channel": t}}))
         .await;
+    (ctl, t)
+}
+
+async fn viewer(d: &Daemon, client_id: &str, t: &str) -> Viewer {
+    let (mut c, _) = Lean::connect_init(d.addr(), client_id, None).await;
+    c.subscribe(t).await;
+    c.watch.remove(t);
+    Viewer::spawn(c)
+}
+
+/// Per-viewer rates (MB/s of frames) over `window`.
+async fn rates(viewers: &[Viewer], window: Duration) -> Vec<f64> {
+    let start: Vec<u64> = viewers.iter().map(Viewer::bytes).collect();
+    let t0 = Instant::now();
+    tokio::time::sleep(window).await;
+    let el = t0.elapsed();
+    viewers
+        .iter()
+        .zip(start)
+        .map(|(v, a)| mb_per_s(v.bytes() - a, el))
+        .collect()
+}
+
+/// Per-client receive rates (MB/s of frames) of `clients` subscribers of one `yes` flood,
+/// measured over `window` after a 1 s warm-up, and the daemon's CPU (fraction of one core).
+async fn fan(d: &Daemon, clients: usize, window: Duration) -> (Vec<f64>, f64) {
+    let (mut ctl, t) = flood_terminal(d, "fan").await;
+    let mut viewers = Vec::new();
+    for i in 0..clients {
+        viewers.push(viewer(d, &format!("fan-{clients}-{i}"), &t).await);
+    }
     ctl.input(&t, "yes\r").await;
     tokio::time::sleep(Duration::from_secs(1)).await; // warm-up, not a wait for an event
     let cpu0 = cpu_ticks(d.pid() as i32).unwrap();
-    let start: Vec<u64> = counters.iter().map(|c| c.load(Ordering::Relaxed)).collect();
-    tokio::time::sleep(window).await;
-    let end: Vec<u64> = counters.iter().map(|c| c.load(Ordering::Relaxed)).collect();
+    let t0 = Instant::now();
+    let r = rates(&viewers, window).await;
     let cpu = (cpu_ticks(d.pid() as i32).unwrap() - cpu0) as f64 / ticks_per_second() as f64;
+    let cpu = cpu / t0.elapsed().as_secs_f64();
     ctl.input(&t, "\u{3}").await;
-    stop.store(true, Ordering::Relaxed);
-    for t in tasks {
-        let _ = t.await;
+    for v in viewers {
+        let _ = v.finish().await;
     }
-    let rates = start
+    (r, cpu)
+}
+
+/// `clients` viewers of one `yes` flood plus one more that reads, then stops reading: the
+/// others' rates over `window` before it stops, while it is stalled (from the moment it
+/// stops), and after; and when the daemon cut it loose.
+async fn fan_with_stalled(
+    d: &Daemon,
+    clients: usize,
+    window: Duration,
+) -> ([Vec<f64>; 3], Option<Duration>) {
+    let (mut ctl, t) = flood_terminal(d, "fans").await;
+    let mut viewers = Vec::new();
+    for i in 0..clients {
+        viewers.push(viewer(d, &format!("fans-{i}"), &t).await);
+    }
+    let slow = viewer(d, "fan-stalled", &t).await;
+    ctl.input(&t, "yes\r").await;
+    tokio::time::sleep(Duration::from_secs(1)).await; // warm-up, not a wait for an event
+    let before = rates(&viewers, window).await;
+    slow.stall.store(true, Ordering::Relaxed);
+    let start: Vec<u64> = viewers.iter().map(Viewer::bytes).collect();
+    let t0 = Instant::now();
+    let mut cut = None;
+    while t0.elapsed() < window {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        if cut.is_none() && cuts_of(d, "fan-stalled") > 0 {
+            cut = Some(t0.elapsed());
+        }
+    }
+    let el = t0.elapsed();
+    let during = viewers
         .iter()
-        .zip(&end)
-        .map(|(a, b)| mb_per_s(b - a, window))
+        .zip(start)
+        .map(|(v, a)| mb_per_s(v.bytes() - a, el))
         .collect();
-    (rates, cpu / window.as_secs_f64())
+    let after = rates(&viewers, window).await;
+    ctl.input(&t, "\u{3}").await;
+    for v in viewers {
+        let _ = v.finish().await;
+    }
+    let _ = slow.finish().await;
+    ([before, during, after], cut)
+}
+
+fn sorted(mut v: Vec<f64>) -> Vec<f64> {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v
+}
+
+fn median(v: &[f64]) -> f64 {
+    sorted(v.to_vec())[v.len() / 2]
 }
 
 async fn fanout() {
     let n = env_num("FLOW_BENCH_FANOUT", 32) as usize;
     let window = Duration::from_secs(5);
     println!(
-        "\n## fan-out: {n} clients on one `yes` flood ({}-s window)\n",
+        "\n## fan-out: clients on one `yes` flood ({}-s windows)\n",
         window.as_secs()
     );
-    let d1 = Daemon::start();
-    let (single, cpu1) = fan(&d1, 1, window).await;
-    drop(d1);
-    let dn = Daemon::start();
-    let (mut many, cpun) = fan(&dn, n, window).await;
-    many.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let d = Daemon::start();
+    announce(&d, "fanout 1");
+    let (single, cpu1) = fan(&d, 1, window).await;
+    drop(d);
+    let d = Daemon::start();
+    announce(&d, &format!("fanout {n}"));
+    let (many, cpun) = fan(&d, n, window).await;
+    drop(d);
+    let many = sorted(many);
     let s = single[0];
     let sum: f64 = many.iter().sum();
-    println!("| clients | per-client MB/s (min / median / max) | per-client ÷ single | aggregate MB/s | daemon CPU |");
+    println!("| clients | per-client MB/s (min / median / max) | per-client ÷ one client alone (median) | aggregate MB/s | daemon CPU |");
     println!("|---|---|---|---|---|");
     println!("| 1 | {s:.1} | 1.00 | {s:.1} | {:.0} % |", cpu1 * 100.0);
     println!(
-        "| {n} | {:.1} / {:.1} / {:.1} | {:.3} / **{:.3}** / {:.3} | {sum:.1} | {:.0} % |",
+        "| {n} | {:.1} / {:.1} / {:.1} | {:.3} | {sum:.1} | {:.0} % |",
         many[0],
         many[n / 2],
         many[n - 1],
-        many[0] / s,
         many[n / 2] / s,
-        many[n - 1] / s,
         cpun * 100.0
+    );
+
+    let d = Daemon::start();
+    announce(&d, &format!("fanout {} + 1 stalled", n - 1));
+    let ([before, during, after], cut) = fan_with_stalled(&d, n - 1, window).await;
+    let kinds = cut_kinds(&d, "fan-stalled");
+    drop(d);
+    let reference = median(&before);
+    println!(
+        "\n{} viewers beside one more that stops reading (one daemon; each window {} s; the \
+         reference is the median rate while all 32 read):\n",
+        n - 1,
+        window.as_secs()
+    );
+    println!(
+        "| window | per-viewer MB/s (min / median / max) | min ÷ reference | median ÷ reference |"
+    );
+    println!("|---|---|---|---|");
+    for (name, r) in [
+        ("all 32 reading", &before),
+        ("one stalled, from the moment it stops", &during),
+        ("after", &after),
+    ] {
+        let r = sorted(r.clone());
+        println!(
+            "| {name} | {:.1} / {:.1} / {:.1} | **{:.3}** | {:.3} |",
+            r[0],
+            r[r.len() / 2],
+            r[r.len() - 1],
+            r[0] / reference,
+            r[r.len() / 2] / reference
+        );
+    }
+    println!(
+        "\nThe stalled viewer was {}.",
+        match cut {
+            Some(at) => format!(
+                "closed {} ms after it stopped reading ({kinds})",
+                at.as_millis()
+            ),
+            None => "not closed within the window".into(),
+        }
+    );
+}
+
+// ─── a fast viewer beside a stalled one ─────────────────────────────────────────
+
+/// One fast viewer on a `yes` flood, first alone (10 s), then beside a viewer that reads for
+/// 2 s, stops reading, and — once the daemon has closed it — comes back with `reconnect`
+/// after 1 s and does the same again, for `FLOW_BENCH_STALLED_SECS` (default 60).
+async fn stalled() {
+    let secs = env_num("FLOW_BENCH_STALLED_SECS", 60);
+    println!("\n## a fast viewer beside a stalled one, {secs} s\n");
+    let d = Daemon::start();
+    announce(&d, "stalled");
+    let pid = d.pid();
+    let (mut ctl, t) = flood_terminal(&d, "st").await;
+    let fast = viewer(&d, "st-fast", &t).await;
+    ctl.input(&t, "yes\r").await;
+    tokio::time::sleep(Duration::from_secs(1)).await; // warm-up, not a wait for an event
+    let alone_window = Duration::from_secs(10);
+    let b0 = fast.bytes();
+    tokio::time::sleep(alone_window).await;
+    let alone = mb_per_s(fast.bytes() - b0, alone_window);
+
+    let rss0 = rss_bytes(pid);
+    let mut rss_max = rss0;
+    let mut slow = Some(viewer(&d, "st-slow", &t).await);
+    let mut phase_start = Instant::now();
+    let mut cuts = 0;
+    let mut reconnects = 0;
+    let mut stalling = false;
+    let mut back_at = None;
+    let mut last_seq = 0;
+    let (mut longest_gap, mut gap) = (Duration::ZERO, Duration::ZERO);
+    let step = Duration::from_millis(50);
+    let b0 = fast.bytes();
+    let mut last = b0;
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(secs) {
+        tokio::time::sleep(step).await;
+        rss_max = rss_max.max(rss_bytes(pid));
+        let now = fast.bytes();
+        if now == last {
+            gap += step;
+            longest_gap = longest_gap.max(gap);
+        } else {
+            gap = Duration::ZERO;
+        }
+        last = now;
+        if let Some(s) = &slow {
+            if !stalling && phase_start.elapsed() >= Duration::from_secs(2) {
+                s.stall.store(true, Ordering::Relaxed);
+                stalling = true;
+            }
+            if stalling && cuts_of(&d, "st-slow") > cuts {
+                cuts += 1;
+                if let Some(c) = slow.take().unwrap().finish().await {
+                    last_seq = last_seq.max(c.last_seq);
+                }
+                back_at = Some(Instant::now() + Duration::from_secs(1));
+            }
+        } else if back_at.is_some_and(|b| Instant::now() >= b) {
+            let mut c = Lean::connect(d.addr(), None).await;
+            c.client_id = "st-slow".into();
+            let r = c
+                .request(
+                    "reconnect",
+                    json!({"channel": ROOT_URI, "clientId": "st-slow",
+                           "lastSeenServerSeq": last_seq, "subscriptions": [t]}),
+                )
+                .await;
+            assert!(r.get("result").is_some(), "reconnect: {r}");
+            reconnects += 1;
+            slow = Some(Viewer::spawn(c));
+            stalling = false;
+            back_at = None;
+            phase_start = Instant::now();
+        }
+    }
+    let el = t0.elapsed();
+    let beside = mb_per_s(fast.bytes() - b0, el);
+    ctl.input(&t, "\u{3}").await;
+    let _ = fast.finish().await;
+    if let Some(s) = slow {
+        let _ = s.finish().await;
+    }
+    println!("| measure | value |");
+    println!("|---|---|");
+    println!("| fast viewer alone (10 s) | {alone:.1} MB/s |");
+    println!(
+        "| fast viewer beside the stalling one ({secs} s) | {beside:.1} MB/s: **{:.2}×** alone |",
+        beside / alone
+    );
+    println!(
+        "| longest time the fast viewer received nothing | {} ms |",
+        longest_gap.as_millis()
+    );
+    println!(
+        "| stalled viewer closed by the daemon / reconnected | {cuts} / {reconnects} ({}) |",
+        cut_kinds(&d, "st-slow")
+    );
+    println!(
+        "| daemon RSS before → peak | {:.1} → **{:.1} MiB** |",
+        mib(rss0),
+        mib(rss_max)
     );
 }
 
 // ─── scale ───────────────────────────────────────────────────────────────────
 
+/// `n` terminals created and subscribed to by `c` (their data counted, not kept).
+async fn many_terminals(c: &mut Lean, tag: &str, n: usize) -> Vec<String> {
+    let mut uris = Vec::new();
+    for i in 0..n {
+        let t = term_uri(&format!("{tag}{i}"));
+        c.create_terminal(&t).await;
+        c.subscribe(&t).await;
+        c.watch.remove(&t);
+        uris.push(t);
+    }
+    uris
+}
+
 async fn scale() {
     let n = env_num("FLOW_BENCH_SCALE", 256) as usize;
     let window = Duration::from_secs(10);
     println!(
-        "\n## scale: {n} terminals printing a line every 100 ms, one client subscribed to all\n"
+        "\n## scale: {n} terminals printing a line every 100 ms (`while :; do echo x; read -t 0.1; done`), one client subscribed to all\n"
     );
-    println!("| loop | daemon CPU (% of one core) | envelopes/s received | lines/s expected |");
-    println!("|---|---|---|---|");
-    for (name, cmd) in [
-        (
-            "`while :; do echo x; sleep 0.1; done`",
-            "while :; do echo x; sleep 0.1; done\r",
-        ),
-        (
-            "`while :; do echo x; read -t 0.1; done` (no fork)",
-            "while :; do echo x; read -t 0.1; done\r",
-        ),
-    ] {
-        let d = Daemon::start_with(&["--no-shell-integration"]);
-        let (mut c, _) = Lean::connect_init(d.addr(), "scale", None).await;
-        let mut uris = Vec::new();
-        for i in 0..n {
-            let t = term_uri(&format!("scale{i}"));
-            c.create_terminal(&t).await;
-            c.subscribe(&t).await;
-            c.watch.remove(&t);
-            uris.push(t);
-        }
-        for t in &uris {
-            c.input(t, cmd).await;
-        }
-        c.drain_for(Duration::from_secs(2)).await;
-        let cpu0 = cpu_ticks(d.pid() as i32).unwrap();
-        let f0 = c.data_frames;
-        c.drain_for(window).await;
-        let cpu = (cpu_ticks(d.pid() as i32).unwrap() - cpu0) as f64 / ticks_per_second() as f64;
-        let frames = c.data_frames - f0;
-        println!(
-            "| {name} | **{:.1} %** | {:.0} | {} |",
-            cpu / window.as_secs_f64() * 100.0,
-            frames as f64 / window.as_secs_f64(),
-            n * 10
-        );
+    let d = Daemon::start_with(&["--no-shell-integration"]);
+    announce(&d, "scale");
+    let (mut c, _) = Lean::connect_init(d.addr(), "scale", None).await;
+    let uris = many_terminals(&mut c, "scale", n).await;
+    for t in &uris {
+        c.input(t, "while :; do echo x; read -t 0.1; done\r").await;
     }
+    c.drain_for(Duration::from_secs(2)).await;
+    let (u0, s0) = cpu_secs(d.pid());
+    let f0 = c.data_frames;
+    c.drain_for(window).await;
+    let (u1, s1) = cpu_secs(d.pid());
+    let frames = (c.data_frames - f0) as f64;
+    let cpu = u1 - u0 + s1 - s0;
+    println!("| daemon CPU (% of one core; user + sys) | per envelope | envelopes/s received | lines/s expected |");
+    println!("|---|---|---|---|");
+    println!(
+        "| **{:.1} %** ({:.1} + {:.1}) | {:.0} µs | {:.0} | {} |",
+        cpu / window.as_secs_f64() * 100.0,
+        (u1 - u0) / window.as_secs_f64() * 100.0,
+        (s1 - s0) / window.as_secs_f64() * 100.0,
+        cpu / frames.max(1.0) * 1e6,
+        frames / window.as_secs_f64(),
+        n * 10
+    );
+}
+
+// ─── paused terminals ────────────────────────────────────────────────────────
+
+/// Many terminals flooding with `yes` whose one subscriber never reads: every terminal is
+/// paused; what does the daemon spend while nothing drains?
+async fn paused() {
+    let n = env_num("FLOW_BENCH_PAUSED", 256) as usize;
+    let window = Duration::from_secs(10);
+    println!("\n## paused: {n} terminals running `yes`, their one subscriber not reading\n");
+    let d = Daemon::start_with(&["--no-shell-integration", "--stall-timeout", "1h"]);
+    announce(&d, "paused");
+    let pid = d.pid();
+    let (mut c, _) = Lean::connect_init(d.addr(), "paused", Some(16 * 1024)).await;
+    let uris = many_terminals(&mut c, "paused", n).await;
+    // From here on the client never reads; input still goes through.
+    for t in &uris {
+        c.input(t, "yes\r").await;
+    }
+    // Every terminal runs `yes` (polling /proc), then the queue and the pty buffers fill.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while descendants_named(pid, "yes").len() < n && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Then until they are all blocked: their CPU time stops growing (or 60 s pass).
+    let yes = descendants_named(pid, "yes");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut before = ticks_of(&yes);
+    let mut settled_after = Duration::ZERO;
+    let t0 = Instant::now();
+    while Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = ticks_of(&yes);
+        if now == before {
+            settled_after = t0.elapsed();
+            break;
+        }
+        before = now;
+    }
+    let yes0 = ticks_of(&yes);
+    let (u0, s0) = cpu_secs(pid);
+    tokio::time::sleep(window).await;
+    let (u1, s1) = cpu_secs(pid);
+    let yes_cpu = (ticks_of(&yes) - yes0) as f64 / ticks_per_second() as f64;
+    println!(
+        "| daemon CPU (% of one core; user + sys) | CPU of the {} `yes` processes | daemon RSS | all blocked after |",
+        yes.len()
+    );
+    println!("|---|---|---|---|");
+    println!(
+        "| **{:.2} %** ({:.2} + {:.2}) | {:.2} s in {} s | {:.1} MiB | {:.0} s |",
+        (u1 - u0 + s1 - s0) / window.as_secs_f64() * 100.0,
+        (u1 - u0) / window.as_secs_f64() * 100.0,
+        (s1 - s0) / window.as_secs_f64() * 100.0,
+        yes_cpu,
+        window.as_secs(),
+        mib(rss_bytes(pid)),
+        settled_after.as_secs_f64()
+    );
 }
 
 fn main() {
@@ -507,7 +876,16 @@ fn main() {
         .skip(1)
         .filter(|a| !a.starts_with("--"))
         .collect();
-    let all = ["throughput", "latency", "memory", "idle", "fanout", "scale"];
+    let all = [
+        "throughput",
+        "latency",
+        "memory",
+        "idle",
+        "stalled",
+        "fanout",
+        "scale",
+        "paused",
+    ];
     let run: Vec<&str> = if wanted.is_empty() {
         all.to_vec()
     } else {
@@ -537,8 +915,10 @@ fn main() {
                 "latency" => latency().await,
                 "memory" => memory().await,
                 "idle" => idle().await,
+                "stalled" => stalled().await,
                 "fanout" => fanout().await,
                 "scale" => scale().await,
+                "paused" => paused().await,
                 _ => unreachable!(),
             }
         }

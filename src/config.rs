@@ -37,6 +37,20 @@ pub const DEFAULT_ORPHAN_GRACE: Duration = Duration::from_secs(24 * 60 * 60);
 /// Default time a connection may stay congested before it is closed.
 pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Default time a congested connection may hold back a terminal that other viewers keep up
+/// with (per congestion episode).
+pub const DEFAULT_LAG_GRACE: Duration = Duration::from_millis(250);
+
+/// Default time a connection may stay lagging (behind viewers that keep up) before it is
+/// closed.
+pub const DEFAULT_LAG_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Default unsent bytes a lagging connection may queue before it is closed.
+pub const DEFAULT_LAG_LIMIT_BYTES: usize = 8 * 1024 * 1024;
+
+/// Smallest accepted lag limit, in bytes (twice the high watermark).
+pub const MIN_LAG_LIMIT_BYTES: usize = 2 * 1024 * 1024;
+
 /// Default largest incoming WebSocket message, in bytes.
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 
@@ -366,6 +380,16 @@ settings! {
     /// (1 MiB) this long (at least 100ms); 0 never closes it (its terminals stay paused while
     /// it stalls).
     stall_timeout: Duration = DEFAULT_STALL_TIMEOUT, limit |v| duration_at_least(*v, true);
+    /// How long a viewer that stopped keeping up may hold back a terminal other viewers keep
+    /// up with (per episode); after that it is lagging and the terminal runs on without it.
+    /// 0 gives no grace.
+    lag_grace: Duration = DEFAULT_LAG_GRACE, limit any;
+    /// Close a lagging connection (code 4002) after this long (at least 100ms); 0 never
+    /// closes it for time (the lag limit still applies).
+    lag_timeout: Duration = DEFAULT_LAG_TIMEOUT, limit |v| duration_at_least(*v, true);
+    /// Close a lagging connection (code 4002) once this many bytes of output wait for it (at
+    /// least 2 MiB).
+    lag_limit_bytes: usize = DEFAULT_LAG_LIMIT_BYTES, limit |v| at_least(*v, MIN_LAG_LIMIT_BYTES);
     /// Largest incoming WebSocket message, in bytes (larger: close code 1009; at least 64 KiB).
     max_message_bytes: usize = DEFAULT_MAX_MESSAGE_BYTES, limit |v| at_least(*v, MIN_MESSAGE_BYTES);
     /// Most terminals at once (createTerminal beyond it: -32603; at least 1).
@@ -1149,6 +1173,9 @@ impl Settings {
             history_bytes: self.history_bytes.value,
             orphan_grace: nonzero(self.orphan_grace.value),
             stall_timeout: nonzero(self.stall_timeout.value),
+            lag_grace: self.lag_grace.value,
+            lag_timeout: nonzero(self.lag_timeout.value),
+            lag_limit_bytes: self.lag_limit_bytes.value,
             max_message_bytes: self.max_message_bytes.value,
             max_terminals: self.max_terminals.value,
             max_subscriptions: self.max_subscriptions.value,
@@ -1299,6 +1326,13 @@ pub struct Config {
     /// A connection whose outbound queue stays above the high watermark this long is closed
     /// (code 4001) so the terminals it watches can resume; `None` never closes it.
     pub stall_timeout: Option<Duration>,
+    /// A congested connection holds back a terminal that others keep up with for at most this
+    /// long per congestion episode; then it is lagging.
+    pub lag_grace: Duration,
+    /// A connection lagging this long is closed (code 4002); `None` never closes it for time.
+    pub lag_timeout: Option<Duration>,
+    /// A lagging connection whose unsent output passes this many bytes is closed (code 4002).
+    pub lag_limit_bytes: usize,
     /// Largest incoming WebSocket message, in bytes (larger → close code 1009).
     pub max_message_bytes: usize,
     /// Most terminals the host runs at once (createTerminal beyond it → -32603).
@@ -1348,6 +1382,9 @@ impl Default for Config {
             history_bytes: DEFAULT_HISTORY_BYTES,
             orphan_grace: Some(DEFAULT_ORPHAN_GRACE),
             stall_timeout: Some(DEFAULT_STALL_TIMEOUT),
+            lag_grace: DEFAULT_LAG_GRACE,
+            lag_timeout: Some(DEFAULT_LAG_TIMEOUT),
+            lag_limit_bytes: DEFAULT_LAG_LIMIT_BYTES,
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             max_terminals: DEFAULT_MAX_TERMINALS,
             max_subscriptions: DEFAULT_MAX_SUBSCRIPTIONS,

@@ -117,6 +117,12 @@ struct ServeArgs {
     orphan_grace: Option<Duration>,
     #[arg(long, value_name = "DURATION", help = help("stall_timeout"), value_parser = parse_flag::<Duration>)]
     stall_timeout: Option<Duration>,
+    #[arg(long, value_name = "DURATION", help = help("lag_grace"), value_parser = parse_flag::<Duration>)]
+    lag_grace: Option<Duration>,
+    #[arg(long, value_name = "DURATION", help = help("lag_timeout"), value_parser = parse_flag::<Duration>)]
+    lag_timeout: Option<Duration>,
+    #[arg(long, value_name = "BYTES", help = help("lag_limit_bytes"), value_parser = parse_flag::<usize>)]
+    lag_limit_bytes: Option<usize>,
     #[arg(long, value_name = "BYTES", help = help("max_message_bytes"), value_parser = parse_flag::<usize>)]
     max_message_bytes: Option<usize>,
     #[arg(long, value_name = "N", help = help("max_terminals"), value_parser = parse_flag::<usize>)]
@@ -189,6 +195,9 @@ impl ServeArgs {
             kill_grace,
             orphan_grace,
             stall_timeout,
+            lag_grace,
+            lag_timeout,
+            lag_limit_bytes,
             max_message_bytes,
             max_terminals,
             max_subscriptions,

@@ -5,9 +5,10 @@
 use ahp_types::actions::{ActionEnvelope, ActionOrigin, StateAction};
 use ahp_types::state::{TerminalClaim, TerminalLifecycleState};
 use serde_json::Value;
+use tokio_tungstenite::tungstenite::Utf8Bytes;
 
 use super::channel::{self, ChannelKind};
-use super::{outbox, validate, ConnId, Host, Inner};
+use super::{flow, validate, ConnId, Host, Inner};
 use crate::rpc::{error, frame, version};
 use crate::terminal;
 
@@ -103,12 +104,14 @@ impl Inner {
                     self.reject(conn, uri, raw, origin, "terminal has exited".into());
                     return;
                 }
-                if let Some(queued) = t
+                let connections = &self.connections;
+                let queues = t
                     .subscribers
                     .iter()
-                    .filter_map(|c| self.connections.get(c))
-                    .map(|c| c.outbox.queued_bytes())
-                    .find(|&q| q >= outbox::HARD_LIMIT_BYTES)
+                    .filter_map(|c| connections.get(c))
+                    .map(|c| c.outbox.watch());
+                if let Some(queued) =
+                    flow::input_blocker(&self.flow.policy, tokio::time::Instant::now(), queues)
                 {
                     let reason = format!(
                         "input refused: a subscriber of this terminal is not reading its output \
@@ -196,18 +199,22 @@ impl Inner {
             origin: Some(origin),
             rejection_reason: Some(reason),
         };
-        let mut text = frame::action(&envelope);
-        let bytes = text.len();
+        let text: Utf8Bytes = frame::action(&envelope).into();
         let wire = self.wire_of(conn);
-        if !wire.is_current() {
-            text = version::action_text(&envelope, wire);
+        let sent = if wire.is_current() {
+            text.clone()
+        } else {
+            version::action_text(&envelope, wire).into()
+        };
+        if let Some(c) = self.connections.get_mut(&conn) {
+            c.deliver(sent);
         }
-        self.send(conn, text);
         // Kept for a replay to the same client (decision D3 applies there too).
+        let dispatcher = envelope.origin.map(|o| o.client_id);
         if channel == channel::ROOT {
-            self.root_history.push(envelope, bytes);
+            self.root_history.push(seq, text, dispatcher);
         } else if let Some(t) = self.terminals.get_mut(channel) {
-            t.history.push(envelope, bytes);
+            t.history.push(seq, text, dispatcher);
         }
     }
 }

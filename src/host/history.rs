@@ -9,14 +9,29 @@
 
 use std::collections::VecDeque;
 
-use ahp_types::actions::ActionEnvelope;
+use tokio_tungstenite::tungstenite::Utf8Bytes;
+
+use crate::rpc::frame;
 
 /// History of the root channel, in bytes of encoded envelopes.
 pub const ROOT_HISTORY_BYTES: usize = 1024 * 1024;
 
-struct Entry {
-    envelope: ActionEnvelope,
-    bytes: usize,
+/// One retained envelope: the `action` notification exactly as it was sent (the same bytes the
+/// subscribers' queues hold), so keeping it costs no copy and replaying it no re-encoding.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    /// The envelope's `serverSeq`.
+    pub server_seq: u64,
+    text: Utf8Bytes,
+    /// For a rejected action, the client that dispatched it: the only one it is replayed to.
+    rejected_for: Option<String>,
+}
+
+impl Entry {
+    /// The envelope as JSON (the notification's `params`).
+    pub fn envelope_json(&self) -> &str {
+        frame::action_params(self.text.as_str())
+    }
 }
 
 /// A bounded, ordered log of one channel's envelopes.
@@ -38,17 +53,22 @@ impl History {
         }
     }
 
-    /// Appends an envelope (`bytes` = its encoded size), evicting the oldest entries while
-    /// over the cap. Envelopes must arrive in increasing `serverSeq` order.
-    pub fn push(&mut self, envelope: ActionEnvelope, bytes: usize) {
-        self.bytes += bytes;
-        self.entries.push_back(Entry { envelope, bytes });
+    /// Appends the `action` notification `text` of envelope `server_seq` (for a rejected
+    /// action, `rejected_for` names its dispatcher), evicting the oldest entries while over the
+    /// cap. Envelopes must arrive in increasing `serverSeq` order.
+    pub fn push(&mut self, server_seq: u64, text: Utf8Bytes, rejected_for: Option<String>) {
+        self.bytes += text.len();
+        self.entries.push_back(Entry {
+            server_seq,
+            text,
+            rejected_for,
+        });
         while self.bytes > self.cap {
             let Some(old) = self.entries.pop_front() else {
                 break;
             };
-            self.bytes -= old.bytes;
-            self.floor = old.envelope.server_seq;
+            self.bytes -= old.text.len();
+            self.floor = old.server_seq;
         }
     }
 
@@ -63,17 +83,11 @@ impl History {
         &'a self,
         seq: u64,
         client_id: &'a str,
-    ) -> impl Iterator<Item = (&'a ActionEnvelope, usize)> + 'a {
-        let start = self
-            .entries
-            .partition_point(|e| e.envelope.server_seq <= seq);
+    ) -> impl Iterator<Item = (&'a Entry, usize)> + 'a {
+        let start = self.entries.partition_point(|e| e.server_seq <= seq);
         self.entries.range(start..).filter_map(move |e| {
-            let visible = e.envelope.rejection_reason.is_none()
-                || e.envelope
-                    .origin
-                    .as_ref()
-                    .is_some_and(|o| o.client_id == client_id);
-            visible.then_some((&e.envelope, e.bytes))
+            let visible = e.rejected_for.as_deref().is_none_or(|c| c == client_id);
+            visible.then_some((e, e.text.len()))
         })
     }
 
@@ -86,45 +100,46 @@ impl History {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ahp_types::actions::{ActionOrigin, StateAction, TerminalDataAction};
+    use ahp_types::actions::{ActionEnvelope, StateAction, TerminalDataAction};
 
-    fn env(seq: u64, data: &str) -> ActionEnvelope {
-        ActionEnvelope {
+    fn env(seq: u64, data: &str) -> Utf8Bytes {
+        frame::action(&ActionEnvelope {
             channel: "t:/1".into(),
             action: StateAction::TerminalData(TerminalDataAction { data: data.into() }),
             server_seq: seq,
             origin: None,
             rejection_reason: None,
-        }
+        })
+        .into()
     }
 
     #[test]
     fn eviction_moves_the_floor() {
-        let mut h = History::new(25, 3);
+        let mut h = History::new(250, 3);
         assert!(h.covers(3) && !h.covers(2));
+        let size = env(4, "x").len();
+        let mut h2 = History::new(size * 5 / 2, 3);
         for seq in 4..=8 {
-            h.push(env(seq, "x"), 10);
+            h.push(seq, env(seq, "x"), None);
+            h2.push(seq, env(seq, "x"), None);
         }
-        // 50 bytes pushed, cap 25: seqs 4, 5 and 6 evicted.
-        assert_eq!(h.bytes(), 20);
-        assert!(!h.covers(5));
-        assert!(h.covers(6));
-        let seqs: Vec<u64> = h.after(6, "c").map(|(e, _)| e.server_seq).collect();
+        // Five envelopes pushed, room for two and a half: seqs 4, 5 and 6 evicted.
+        assert_eq!(h2.bytes(), 2 * size);
+        assert!(!h2.covers(5));
+        assert!(h2.covers(6));
+        let seqs: Vec<u64> = h2.after(6, "c").map(|(e, _)| e.server_seq).collect();
         assert_eq!(seqs, [7, 8]);
-        assert_eq!(h.after(8, "c").count(), 0);
+        assert_eq!(h2.after(8, "c").count(), 0);
+        let replayed: ActionEnvelope =
+            serde_json::from_str(h2.after(7, "c").next().unwrap().0.envelope_json()).unwrap();
+        assert_eq!(replayed.server_seq, 8);
     }
 
     #[test]
     fn rejections_replay_to_their_dispatcher_only() {
         let mut h = History::new(1000, 0);
-        let mut rejected = env(1, "x");
-        rejected.origin = Some(ActionOrigin {
-            client_id: "a".into(),
-            client_seq: 1,
-        });
-        rejected.rejection_reason = Some("no".into());
-        h.push(rejected, 10);
-        h.push(env(2, "y"), 10);
+        h.push(1, env(1, "x"), Some("a".into()));
+        h.push(2, env(2, "y"), None);
         assert_eq!(h.after(0, "a").count(), 2);
         assert_eq!(h.after(0, "b").count(), 1);
     }

@@ -13,7 +13,8 @@
 //!
 //! This file holds the store itself and the connection registry (initialize, subscribe);
 //! `terminals.rs` the terminal lifecycle and server actions, `actions.rs` client actions,
-//! `resume.rs` reconnect and reaping, `flow.rs` backpressure; `pump.rs` is the per-terminal task.
+//! `resume.rs` reconnect and reaping, `flow.rs` the flow-control policy (watermarks, limits,
+//! lagging and stalled connections); `pump.rs` is the per-terminal task.
 
 mod actions;
 pub mod catalog;
@@ -33,7 +34,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use ahp_types::state::{RootState, Snapshot, SnapshotState, TerminalState};
-use tokio::sync::Notify;
 use tokio_tungstenite::tungstenite::Utf8Bytes;
 
 use crate::config::Config;
@@ -41,7 +41,7 @@ use crate::rpc::error::RpcError;
 use crate::rpc::version::Wire;
 use crate::terminal::{shell_integration, PtyProcess};
 use channel::ChannelKind;
-pub use flow::CLOSE_STALLED;
+pub use flow::{CLOSE_LAGGING, CLOSE_STALLED};
 use history::History;
 pub use outbox::{Outbox, OutboxReceiver, Outgoing};
 pub use resume::{CLOSE_SUPERSEDED, MAX_REPLAY_BYTES};
@@ -59,8 +59,8 @@ pub struct Host {
     /// A random UUID naming this daemon instance (exported to terminals as `AHPTY_HOST_ID`).
     instance_id: String,
     inner: Mutex<Inner>,
-    /// Signalled whenever any connection's writer has written to its socket.
-    progress: Arc<Notify>,
+    /// Flow control: its policy and the watchdog's and reaper's wake-ups.
+    flow: Arc<flow::Flow>,
 }
 
 struct Inner {
@@ -80,6 +80,8 @@ struct Inner {
     max_subscriptions: usize,
     /// Retained content per terminal, in bytes (`--scrollback-bytes`).
     scrollback_bytes: usize,
+    /// Flow control (shared with [`Host`]).
+    flow: Arc<flow::Flow>,
     connections: HashMap<ConnId, ConnEntry>,
     next_conn: ConnId,
     next_terminal: u64,
@@ -113,7 +115,7 @@ struct TerminalEntry {
     /// Distinguishes a terminal from a later one created under the same URI.
     id: u64,
     state: TerminalState,
-    subscribers: BTreeSet<ConnId>,
+    subscribers: flow::Subscribers,
     process: Arc<PtyProcess>,
     /// The client that holds the claim (decision D6).
     holder: String,
@@ -133,10 +135,11 @@ struct TerminalEntry {
 impl Host {
     /// A host with no terminals.
     pub fn new(config: &Config) -> Arc<Host> {
+        let flow = flow::Flow::new(config);
         Arc::new(Host {
             config: config.clone(),
             instance_id: uuid::Uuid::new_v4().to_string(),
-            progress: Arc::new(Notify::new()),
+            flow: flow.clone(),
             inner: Mutex::new(Inner {
                 server_seq: 0,
                 root: RootState {
@@ -157,6 +160,7 @@ impl Host {
                 reserved: HashSet::new(),
                 max_subscriptions: config.max_subscriptions,
                 scrollback_bytes: config.scrollback_bytes,
+                flow,
                 connections: HashMap::new(),
                 next_conn: 1,
                 next_terminal: 1,
@@ -435,7 +439,11 @@ impl Inner {
         let state = if channel == channel::ROOT {
             SnapshotState::Root(Box::new(self.root.clone()))
         } else {
-            SnapshotState::Terminal(Box::new(self.terminals.get(channel)?.state.clone()))
+            let t = self.terminals.get(channel)?;
+            SnapshotState::Terminal(Box::new(scrollback::retained(
+                &t.state,
+                self.scrollback_bytes,
+            )))
         };
         Some(Snapshot {
             resource: channel.to_string(),

@@ -1,32 +1,32 @@
-//! A connection's outbound queue, as seen by the host, with byte accounting for backpressure.
+//! A connection's outbound queue, as seen by the host: the messages waiting for the socket,
+//! with the byte accounting and the wake-ups that flow control ([`super::flow`]) is built on.
 //!
 //! The host pushes encoded messages (responses and action envelopes) here while holding its
 //! lock, which is what keeps every connection's envelopes in `serverSeq` order and a
 //! `subscribe` response ahead of the actions that follow its snapshot. The connection's writer
 //! task drains it onto the socket and reports what it has really written
-//! ([`OutboxReceiver::written`]). The queued byte count drives backpressure: above
-//! [`HIGH_WATERMARK_BYTES`] the terminals feeding the connection stop reading their pty until
-//! it is back under [`LOW_WATERMARK_BYTES`], and a connection that stays congested longer than
-//! the stall timeout is closed ([`Outbox::kill`]). Envelopes are encoded once and shared by all
-//! subscribers (reference-counted bytes).
+//! ([`OutboxReceiver::written`]). Envelopes are encoded once and shared by every subscriber
+//! and by the channel's history (reference-counted bytes), so a long queue costs little more
+//! than the history already holds.
+//!
+//! What this module keeps per connection — the policy deciding what to do with it lives in
+//! `flow.rs`:
+//! - the queued byte count and the *congestion episode*: it starts when the queue passes the
+//!   high watermark and ends when it is back under the low one;
+//! - whether the connection is *lagging* (it fell behind while other viewers kept up);
+//! - who to wake: a terminal paused for this connection registers to be woken when the episode
+//!   ends ([`OutboxRef::wake_on_drain`]); a terminal merging output registers to be woken when
+//!   its last update has been written ([`OutboxRef::wake_when_written`]). Nothing else wakes.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::{mpsc, Notify};
+use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::Utf8Bytes;
 
-/// Queued bytes above which a connection is congested: the terminals it watches pause.
-pub const HIGH_WATERMARK_BYTES: usize = 1024 * 1024;
-
-/// Queued bytes under which a congested connection lets paused terminals resume.
-pub const LOW_WATERMARK_BYTES: usize = 256 * 1024;
-
-/// Queued bytes at which a connection's socket is no longer read at all, and input to the
-/// terminals it watches is refused: output is paused at the high watermark, so only echoes of
-/// other clients' input (or answers to its own requests) can push a queue this far.
-pub const HARD_LIMIT_BYTES: usize = 4 * 1024 * 1024;
+use super::flow::Flow;
+pub use super::flow::{HARD_LIMIT_BYTES, HIGH_WATERMARK_BYTES, LOW_WATERMARK_BYTES};
 
 /// One message for the socket.
 #[derive(Debug, Clone)]
@@ -42,6 +42,23 @@ pub enum Outgoing {
     },
 }
 
+/// The congestion state of a connection (see the module docs), guarded by `Shared::flow`.
+#[derive(Debug)]
+pub(super) struct FlowState {
+    /// Start of the current congestion episode (queue above the high watermark and not yet
+    /// back under the low one).
+    pub congested_since: Option<Instant>,
+    /// When the connection last had a queue under the low watermark: the end of the previous
+    /// episode, or when it was created.
+    pub calm_since: Instant,
+    /// Since when the connection has been lagging (ends with the episode).
+    pub lagging_since: Option<Instant>,
+    /// Terminals to wake when the episode ends (or the connection goes away).
+    drain_waiters: Vec<Arc<Notify>>,
+    /// Terminals to wake once `written_total` reaches the ticket.
+    written_waiters: Vec<(u64, Arc<Notify>)>,
+}
+
 #[derive(Debug)]
 struct Shared {
     /// Bytes queued and not yet written to the socket.
@@ -50,20 +67,36 @@ struct Shared {
     /// `t` has been written once `written_total >= t` (messages are written in order).
     enqueued_total: AtomicU64,
     written_total: AtomicU64,
-    /// Since when `queued` has been above the high watermark.
-    congested_since: Mutex<Option<Instant>>,
+    /// Mirrors `flow.congested_since.is_some()`, readable without the lock.
+    congested: AtomicBool,
+    /// Mirrors `flow.lagging_since.is_some()`.
+    lagging: AtomicBool,
+    /// A lagging connection's queue passed `lag_limit`: the watchdog closes it.
+    over_limit: AtomicBool,
+    /// Some `written_waiters` are registered.
+    written_armed: AtomicBool,
+    flow: Mutex<FlowState>,
+    /// Bytes a lagging connection may queue before it is closed.
+    lag_limit: usize,
     /// Set by [`Outbox::kill`]: the writer stops writing data and closes.
     killed: AtomicBool,
     kill: Notify,
     kill_frame: Mutex<Option<(u16, String)>>,
-    /// Shared by every outbox of the host: signalled whenever a writer made progress.
-    progress: Arc<Notify>,
+    /// The host's flow control: its watchdog is woken when an episode starts, lagging starts
+    /// or a limit is hit.
+    flow_control: Arc<Flow>,
 }
 
 /// Sending half of a connection's queue.
 #[derive(Debug, Clone)]
 pub struct Outbox {
     tx: mpsc::UnboundedSender<Outgoing>,
+    watch: OutboxRef,
+}
+
+/// A handle on a connection's queue that cannot send: what terminals keep to watch it.
+#[derive(Debug, Clone)]
+pub struct OutboxRef {
     shared: Arc<Shared>,
 }
 
@@ -75,45 +108,72 @@ pub struct OutboxReceiver {
 }
 
 impl Outbox {
-    /// A new queue whose writer signals `progress` whenever it has written something.
-    pub fn new(progress: Arc<Notify>) -> (Outbox, OutboxReceiver) {
+    /// A new queue under the host's flow control `flow` (its watchdog, its lag limit).
+    pub(super) fn new(flow: Arc<Flow>) -> (Outbox, OutboxReceiver) {
         let (tx, rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             queued: AtomicUsize::new(0),
             enqueued_total: AtomicU64::new(0),
             written_total: AtomicU64::new(0),
-            congested_since: Mutex::new(None),
+            congested: AtomicBool::new(false),
+            lagging: AtomicBool::new(false),
+            over_limit: AtomicBool::new(false),
+            written_armed: AtomicBool::new(false),
+            flow: Mutex::new(FlowState {
+                congested_since: None,
+                calm_since: Instant::now(),
+                lagging_since: None,
+                drain_waiters: Vec::new(),
+                written_waiters: Vec::new(),
+            }),
+            lag_limit: flow.policy.lag_limit,
             killed: AtomicBool::new(false),
             kill: Notify::new(),
             kill_frame: Mutex::new(None),
-            progress,
+            flow_control: flow,
         });
         (
             Outbox {
                 tx,
-                shared: shared.clone(),
+                watch: OutboxRef {
+                    shared: shared.clone(),
+                },
             },
             OutboxReceiver { rx, shared },
         )
     }
 
-    /// Queues a message; silently dropped if the connection is gone.
+    /// Queues a message; silently dropped if the connection is gone or being closed.
     pub fn send(&self, text: impl Into<Utf8Bytes>) {
+        let shared = &*self.watch.shared;
+        if shared.killed.load(Ordering::Acquire) {
+            return;
+        }
         let text = text.into();
         let len = text.len();
         // Count the bytes before queueing them: the writer may write and report them
         // (`written`) before `send` returns, which would otherwise underflow the counter.
-        let queued = self.shared.queued.fetch_add(len, Ordering::AcqRel) + len;
-        self.shared
+        let queued = shared.queued.fetch_add(len, Ordering::AcqRel) + len;
+        shared
             .enqueued_total
             .fetch_add(len as u64, Ordering::AcqRel);
         if self.tx.send(Outgoing::Text(text)).is_err() {
-            self.shared.queued.fetch_sub(len, Ordering::AcqRel);
+            shared.queued.fetch_sub(len, Ordering::AcqRel);
             return;
         }
-        if queued > HIGH_WATERMARK_BYTES {
-            let mut since = lock(&self.shared.congested_since);
-            since.get_or_insert_with(Instant::now);
+        if queued > HIGH_WATERMARK_BYTES && !shared.congested.load(Ordering::Acquire) {
+            let mut flow = lock(&shared.flow);
+            if flow.congested_since.is_none()
+                && shared.queued.load(Ordering::Acquire) > HIGH_WATERMARK_BYTES
+            {
+                flow.congested_since = Some(Instant::now());
+                shared.congested.store(true, Ordering::Release);
+                drop(flow);
+                shared.flow_control.watchdog.notify_one();
+            }
+        }
+        if queued > shared.lag_limit && shared.lagging.load(Ordering::Acquire) {
+            self.watch.flag_over_limit();
         }
     }
 
@@ -125,21 +185,46 @@ impl Outbox {
         });
     }
 
-    /// Closes the connection without flushing its queue (a stalled peer): the writer drops
-    /// pending data, tries to send a close frame for a moment, and stops.
+    /// Closes the connection without flushing its queue (a stalled or lagging peer): the
+    /// writer drops pending data, tries to send a close frame for a moment, and stops. Nothing
+    /// more is queued; terminals waiting for it are woken.
     pub fn kill(&self, code: u16, reason: impl Into<String>) {
-        *lock(&self.shared.kill_frame) = Some((code, reason.into()));
-        self.shared.killed.store(true, Ordering::Release);
-        self.shared.kill.notify_one();
+        let shared = &self.watch.shared;
+        *lock(&shared.kill_frame) = Some((code, reason.into()));
+        shared.killed.store(true, Ordering::Release);
+        shared.kill.notify_one();
+        self.watch.release_waiters();
     }
 
-    /// A ticket for everything queued so far: see [`Outbox::is_written`].
+    /// A ticket for everything queued so far: see [`OutboxRef::is_written`].
+    pub fn ticket(&self) -> u64 {
+        self.watch.ticket()
+    }
+
+    /// Bytes queued and not yet written to the socket.
+    pub fn queued_bytes(&self) -> usize {
+        self.watch.queued_bytes()
+    }
+
+    /// Whether the connection is in a congestion episode: see [`OutboxRef::is_congested`].
+    pub fn is_congested(&self) -> bool {
+        self.watch.is_congested()
+    }
+
+    /// The handle terminals and flow control use to watch this queue.
+    pub fn watch(&self) -> &OutboxRef {
+        &self.watch
+    }
+}
+
+impl OutboxRef {
+    /// A ticket for everything queued so far: see [`OutboxRef::is_written`].
     pub fn ticket(&self) -> u64 {
         self.shared.enqueued_total.load(Ordering::Acquire)
     }
 
-    /// Whether everything queued before [`Outbox::ticket`] returned `ticket` has been written to
-    /// the socket (or dropped because the connection is gone).
+    /// Whether everything queued before [`OutboxRef::ticket`] returned `ticket` has been
+    /// written to the socket (or dropped because the connection is gone).
     pub fn is_written(&self, ticket: u64) -> bool {
         self.shared.written_total.load(Ordering::Acquire) >= ticket
     }
@@ -149,15 +234,133 @@ impl Outbox {
         self.shared.queued.load(Ordering::Acquire)
     }
 
-    /// Whether the queue is above the high watermark.
+    /// Whether the connection is in a congestion episode (its queue passed the high watermark
+    /// and is not yet back under the low one).
     pub fn is_congested(&self) -> bool {
-        self.queued_bytes() > HIGH_WATERMARK_BYTES
+        self.shared.congested.load(Ordering::Acquire)
     }
 
-    /// How long the queue has been above the high watermark without getting back under the
-    /// low one; `None` if it is not congested.
-    pub fn congested_for(&self) -> Option<Duration> {
-        lock(&self.shared.congested_since).map(|s| s.elapsed())
+    /// Whether the connection is lagging (see `flow.rs`).
+    pub fn is_lagging(&self) -> bool {
+        self.shared.lagging.load(Ordering::Acquire)
+    }
+
+    /// Whether the connection is being closed ([`Outbox::kill`]) or its writer is gone.
+    pub fn is_killed(&self) -> bool {
+        self.shared.killed.load(Ordering::Acquire)
+    }
+
+    /// Whether a lagging connection passed its queue limit (the watchdog closes it).
+    pub(super) fn is_over_limit(&self) -> bool {
+        self.shared.over_limit.load(Ordering::Acquire)
+    }
+
+    /// Runs `f` on the congestion state under its lock.
+    pub(super) fn with_flow<R>(&self, f: impl FnOnce(&FlowState) -> R) -> R {
+        f(&lock(&self.shared.flow))
+    }
+
+    /// Registers `wake` to be notified once this connection's congestion episode ends (or it
+    /// goes away), and returns the episode's state; `None` (and nothing registered) if the
+    /// connection is not congested.
+    pub(super) fn wake_on_drain<R>(
+        &self,
+        wake: &Arc<Notify>,
+        f: impl FnOnce(&FlowState) -> R,
+    ) -> Option<R> {
+        let mut flow = lock(&self.shared.flow);
+        flow.congested_since?;
+        if self.is_killed() {
+            return None;
+        }
+        if !flow.drain_waiters.iter().any(|w| Arc::ptr_eq(w, wake)) {
+            flow.drain_waiters.push(wake.clone());
+        }
+        Some(f(&flow))
+    }
+
+    /// Registers `wake` to be notified once everything queued before `ticket` has been
+    /// written; returns `false` (and registers nothing) if it already has been. One
+    /// registration per `wake`: a later ticket replaces an earlier one.
+    pub fn wake_when_written(&self, ticket: u64, wake: &Arc<Notify>) -> bool {
+        if self.is_written(ticket) {
+            return false;
+        }
+        let mut flow = lock(&self.shared.flow);
+        match flow
+            .written_waiters
+            .iter_mut()
+            .find(|(_, w)| Arc::ptr_eq(w, wake))
+        {
+            Some(entry) => entry.0 = entry.0.max(ticket),
+            None => flow.written_waiters.push((ticket, wake.clone())),
+        }
+        self.shared.written_armed.store(true, Ordering::Release);
+        drop(flow);
+        // The writer may have passed the ticket before the registration was visible.
+        if self.is_written(ticket) {
+            self.fire_written();
+        }
+        true
+    }
+
+    /// Marks the connection as lagging from `now` (no-op if it already is or is not
+    /// congested); wakes the watchdog, and flags it at once if it is already over its limit.
+    pub(super) fn mark_lagging(&self, now: Instant) {
+        if self.is_lagging() {
+            return;
+        }
+        let mut flow = lock(&self.shared.flow);
+        if flow.congested_since.is_none() || flow.lagging_since.is_some() {
+            return;
+        }
+        flow.lagging_since = Some(now);
+        self.shared.lagging.store(true, Ordering::Release);
+        drop(flow);
+        if self.queued_bytes() > self.shared.lag_limit {
+            self.flag_over_limit();
+        } else {
+            self.shared.flow_control.watchdog.notify_one();
+        }
+    }
+
+    fn flag_over_limit(&self) {
+        if !self.shared.over_limit.swap(true, Ordering::AcqRel) {
+            self.shared.flow_control.watchdog.notify_one();
+        }
+    }
+
+    /// Wakes every registered terminal (the connection is going away).
+    fn release_waiters(&self) {
+        let mut flow = lock(&self.shared.flow);
+        let drain = std::mem::take(&mut flow.drain_waiters);
+        let written = std::mem::take(&mut flow.written_waiters);
+        drop(flow);
+        for w in drain.iter().chain(written.iter().map(|(_, w)| w)) {
+            w.notify_one();
+        }
+    }
+
+    /// Wakes the terminals whose ticket has been written.
+    fn fire_written(&self) {
+        let done = self.shared.written_total.load(Ordering::Acquire);
+        let mut flow = lock(&self.shared.flow);
+        let mut fired = Vec::new();
+        flow.written_waiters.retain(|(t, w)| {
+            if *t <= done {
+                fired.push(w.clone());
+                false
+            } else {
+                true
+            }
+        });
+        if flow.written_waiters.is_empty() {
+            self.shared.written_armed.store(false, Ordering::Release);
+        }
+        drop(flow);
+        for w in fired {
+            w.notify_one();
+        }
     }
 }
 
@@ -172,21 +375,43 @@ impl OutboxReceiver {
         self.rx.try_recv().ok()
     }
 
-    /// Reports `bytes` of queued text as written to the socket.
+    /// Reports `bytes` of queued text as written to the socket: ends a congestion episode once
+    /// the queue is back under the low watermark (waking the terminals paused for it), and
+    /// wakes the terminals whose last update is now written.
     pub fn written(&self, bytes: usize) {
+        let shared = &*self.shared;
         // Saturating: the total is u64::MAX once the receiver is gone.
-        let _ = self
-            .shared
+        let _ = shared
             .written_total
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
                 Some(w.saturating_add(bytes as u64))
             });
-        let before = self.shared.queued.fetch_sub(bytes, Ordering::AcqRel);
+        let before = shared.queued.fetch_sub(bytes, Ordering::AcqRel);
         let after = before.saturating_sub(bytes);
-        if after <= LOW_WATERMARK_BYTES {
-            *lock(&self.shared.congested_since) = None;
+        if after <= LOW_WATERMARK_BYTES && shared.congested.load(Ordering::Acquire) {
+            let mut flow = lock(&shared.flow);
+            if flow.congested_since.is_some()
+                && shared.queued.load(Ordering::Acquire) <= LOW_WATERMARK_BYTES
+            {
+                flow.congested_since = None;
+                flow.lagging_since = None;
+                flow.calm_since = Instant::now();
+                shared.congested.store(false, Ordering::Release);
+                shared.lagging.store(false, Ordering::Release);
+                shared.over_limit.store(false, Ordering::Release);
+                let drain = std::mem::take(&mut flow.drain_waiters);
+                drop(flow);
+                for w in drain {
+                    w.notify_one();
+                }
+            }
         }
-        self.shared.progress.notify_waiters();
+        if shared.written_armed.load(Ordering::Acquire) {
+            OutboxRef {
+                shared: self.shared.clone(),
+            }
+            .fire_written();
+        }
     }
 
     /// A handle that completes once [`Outbox::kill`] was called.
@@ -199,10 +424,15 @@ impl OutboxReceiver {
 
 impl Drop for OutboxReceiver {
     /// The connection is gone: nothing queued will ever be written, so every ticket counts as
-    /// written (no terminal waits for it) and waiting terminals re-check.
+    /// written (no terminal waits for it), nothing more is queued, and waiting terminals
+    /// re-check.
     fn drop(&mut self) {
         self.shared.written_total.store(u64::MAX, Ordering::Release);
-        self.shared.progress.notify_waiters();
+        self.shared.killed.store(true, Ordering::Release);
+        OutboxRef {
+            shared: self.shared.clone(),
+        }
+        .release_waiters();
     }
 }
 
@@ -217,17 +447,15 @@ impl KillSignal {
     pub async fn killed(&self) -> (u16, String) {
         loop {
             let notified = self.shared.kill.notified();
-            if self.shared.killed.load(Ordering::Acquire) {
-                return lock(&self.shared.kill_frame)
-                    .clone()
-                    .unwrap_or((1008, String::new()));
+            if let Some(frame) = lock(&self.shared.kill_frame).clone() {
+                return frame;
             }
             notified.await;
         }
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     match m.lock() {
         Ok(g) => g,
         Err(p) => p.into_inner(),
@@ -238,29 +466,52 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 mod tests {
     use super::*;
 
+    fn outbox() -> (Outbox, OutboxReceiver) {
+        Outbox::new(Flow::new(&crate::config::Config::default()))
+    }
+
     #[tokio::test]
-    async fn accounting_and_congestion() {
-        let (outbox, mut rx) = Outbox::new(Arc::new(Notify::new()));
+    async fn accounting_and_congestion_episodes() {
+        let (outbox, mut rx) = outbox();
         outbox.send("x".repeat(HIGH_WATERMARK_BYTES));
         assert!(!outbox.is_congested());
-        assert!(outbox.congested_for().is_none());
         outbox.send("y".repeat(10));
         assert!(outbox.is_congested());
-        assert!(outbox.congested_for().is_some());
         let Some(Outgoing::Text(t)) = rx.recv().await else {
             panic!()
         };
         rx.written(t.len());
         assert_eq!(outbox.queued_bytes(), 10);
         assert!(!outbox.is_congested());
-        assert!(outbox.congested_for().is_none());
+        assert!(outbox.watch().with_flow(|f| f.congested_since.is_none()));
     }
 
     #[tokio::test]
-    async fn kill_wakes_the_writer() {
-        let (outbox, rx) = Outbox::new(Arc::new(Notify::new()));
+    async fn waiters_wake_on_drain_and_on_written_tickets() {
+        let (outbox, mut rx) = outbox();
+        let w = outbox.watch();
+        let wake = Arc::new(Notify::new());
+        assert!(w.wake_on_drain(&wake, |_| ()).is_none(), "not congested");
+        outbox.send("x".repeat(HIGH_WATERMARK_BYTES + 1));
+        let ticket = outbox.ticket();
+        assert!(w.wake_on_drain(&wake, |_| ()).is_some());
+        assert!(w.wake_when_written(ticket, &wake));
+        let Some(Outgoing::Text(t)) = rx.recv().await else {
+            panic!()
+        };
+        rx.written(t.len());
+        // Both registrations fired; one stored permit wakes the terminal once.
+        wake.notified().await;
+        assert!(!w.wake_when_written(ticket, &wake), "already written");
+    }
+
+    #[tokio::test]
+    async fn kill_wakes_the_writer_and_drops_later_messages() {
+        let (outbox, rx) = outbox();
         let signal = rx.kill_signal();
         outbox.kill(4001, "stalled");
         assert_eq!(signal.killed().await, (4001, "stalled".to_string()));
+        outbox.send("late");
+        assert_eq!(outbox.queued_bytes(), 0);
     }
 }

@@ -1,17 +1,20 @@
 //! The per-terminal task that moves [`TerminalEvent`]s from the pty threads into the host.
 //!
 //! Three jobs:
-//! - **Backpressure.** When a subscriber's outbound queue passes the high watermark, the pump
-//!   stops taking events; the bounded event channel fills, the reader thread stops reading the
-//!   pty, and the program blocks in `write` as in a real terminal. It resumes once every
-//!   subscriber is back under the low watermark (or was closed as stalled).
+//! - **Backpressure.** Before taking more output it asks the flow-control policy
+//!   (`flow.rs`) whether the terminal may read on. When it may not, the pump stops taking
+//!   events; the hand-off from the reader thread fills, the reader stops reading the pty, and
+//!   the program blocks in `write` as in a real terminal. It sleeps until one of *its own*
+//!   subscribers drains, its subscribers change, or a grace period ends — never on a timer
+//!   tick or on another terminal's progress.
 //! - **Coalescing.** Output that arrives while this terminal's previous envelope is still
-//!   waiting to be written to a subscriber is merged into the next one (up to
-//!   [`COALESCE_BYTES`]). The
-//!   kernel's socket buffer hides most of that wait on a fast link, so while a terminal
-//!   floods — its last update carried at least [`FLOOD_BYTES`] — output is also merged for
-//!   [`MERGE_WINDOW`] after each update. A flood thus becomes few large envelopes, while an
-//!   idle terminal's first byte, and every keystroke echo, goes out at once.
+//!   waiting to be written to a subscriber that keeps up is merged into the next one (up to
+//!   [`COALESCE_BYTES`]). The kernel's socket buffer hides most of that wait on a fast link,
+//!   so while a terminal floods — its last update carried at least [`FLOOD_BYTES`] — output
+//!   is also merged for [`MERGE_WINDOW`] after each update. A flood thus becomes few large
+//!   envelopes, while an idle terminal's first byte, and every keystroke echo, goes out at
+//!   once. While merging, the pump is woken by its own last update being written, by the end
+//!   of the window, or by [`WAKE_BYTES`] more output — not by every pty read.
 //! - **Exit ordering.** `terminal/exited` is emitted only after the output has been drained:
 //!   after EOF, or [`EXIT_DRAIN`] after the process exited if a background job keeps the pty
 //!   open. Output arriving after that is still delivered, until the terminal is disposed.
@@ -19,11 +22,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::mpsc::error::TryRecvError;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::{Host, Outbox};
-use crate::terminal::{PtyEvent, TerminalEvent};
+use super::flow::Gate;
+use super::outbox::OutboxRef;
+use super::Host;
+use crate::terminal::output::batch_bytes;
+use crate::terminal::{EventReceiver, PtyEvent, TerminalEvent};
 
 /// How long after the process exits its output may still drain before `terminal/exited`.
 pub const EXIT_DRAIN: Duration = Duration::from_millis(500);
@@ -38,43 +45,47 @@ pub const FLOOD_BYTES: usize = 2048;
 /// While a terminal floods, output is merged for this long after each update.
 pub const MERGE_WINDOW: Duration = Duration::from_millis(2);
 
-/// How often a paused or merging pump re-checks its subscribers even without progress
-/// (subscribers may unsubscribe or disconnect).
-const RECHECK: Duration = Duration::from_millis(100);
+/// While merging, the pump takes waiting output once this much is there (well under the
+/// hand-off's capacity, so the reader thread never waits for a merging pump).
+pub const WAKE_BYTES: usize = 32 * 1024;
 
 struct Pump {
     host: Arc<Host>,
     uri: String,
     id: u64,
-    events: mpsc::Receiver<TerminalEvent>,
-    progress: Arc<Notify>,
-    /// An event taken from the channel while merging output, handled next.
+    events: EventReceiver,
+    /// This terminal's wake-up: its subscribers drained, changed, or wrote its last update.
+    wake: Arc<Notify>,
+    /// An event taken from the hand-off while merging output, handled next.
     pending: Option<TerminalEvent>,
+    /// The gate computed with the last update, used once before asking again.
+    gate: Option<Gate>,
     exit: Option<Option<i64>>,
     exit_reported: bool,
     eof: bool,
     deadline: Option<Instant>,
     /// End of the merge window opened by the last update, if that update was a flood's.
     merge_until: Option<Instant>,
-    /// Each subscriber's outbox with the ticket of the last update sent to it: while one of
-    /// them is not yet written, this terminal's next output is merged.
-    in_flight: Vec<(Outbox, u64)>,
+    /// Each subscriber's queue with the ticket of the last update sent to it: while one that
+    /// keeps up has not written it, this terminal's next output is merged.
+    in_flight: Vec<(OutboxRef, u64)>,
 }
 
 pub(super) async fn run(
     host: Arc<Host>,
     uri: String,
     id: u64,
-    events: mpsc::Receiver<TerminalEvent>,
+    events: EventReceiver,
+    wake: Arc<Notify>,
 ) {
-    let progress = host.progress();
     let mut pump = Pump {
         host,
         uri,
         id,
         events,
-        progress,
+        wake,
         pending: None,
+        gate: None,
         exit: None,
         exit_reported: false,
         eof: false,
@@ -106,10 +117,14 @@ impl Pump {
             let Some(event) = event else { break };
             match event {
                 TerminalEvent::Output(batch) => {
-                    let batch = self.merge(batch).await;
-                    let flooding = batch_bytes(&batch) >= FLOOD_BYTES;
-                    self.in_flight = self.host.apply_output(&self.uri, self.id, batch);
-                    self.merge_until = flooding.then(|| Instant::now() + MERGE_WINDOW);
+                    let (batch, bytes) = self.merge(batch).await;
+                    let mut in_flight = std::mem::take(&mut self.in_flight);
+                    self.gate = self
+                        .host
+                        .apply_output(&self.uri, self.id, batch, &mut in_flight);
+                    self.in_flight = in_flight;
+                    self.merge_until =
+                        (bytes >= FLOOD_BYTES).then(|| Instant::now() + MERGE_WINDOW);
                 }
                 TerminalEvent::Eof => {
                     self.eof = true;
@@ -138,39 +153,47 @@ impl Pump {
         }
     }
 
-    /// Waits while a subscriber is congested: above the high watermark, until every
-    /// subscriber is under the low one.
+    /// Waits while the flow-control policy holds the terminal (see `flow.rs`).
     async fn wait_for_room(&mut self) {
         let mut paused = false;
         loop {
-            let notified = self.progress.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            let Some(p) = self.host.pressure(&self.uri, self.id) else {
-                return;
+            let gate = match self.gate.take() {
+                Some(g) => g,
+                None => match self.host.gate(&self.uri, self.id) {
+                    Some(g) => g,
+                    None => return,
+                },
             };
-            let wait = if paused { p.above_low } else { p.above_high };
-            if !wait {
-                if paused {
-                    tracing::debug!(terminal = %self.uri, "output resumed");
+            let until = match gate {
+                Gate::Open => {
+                    if paused {
+                        tracing::debug!(terminal = %self.uri, "output resumed");
+                    }
+                    return;
                 }
-                return;
-            }
+                Gate::Shut { until } => until,
+            };
             if !paused {
-                tracing::debug!(terminal = %self.uri, "output paused: a subscriber is congested");
+                tracing::debug!(terminal = %self.uri, "output paused: its subscribers are congested");
                 paused = true;
             }
-            tokio::select! {
-                _ = &mut notified => {}
-                _ = tokio::time::sleep(RECHECK) => {}
+            match until {
+                Some(at) => {
+                    tokio::select! {
+                        _ = self.wake.notified() => {}
+                        _ = tokio::time::sleep_until(at) => {}
+                    }
+                }
+                None => self.wake.notified().await,
             }
         }
     }
 
     /// Merges further output into `batch` while this terminal's last update has not reached
-    /// every subscriber's socket or the flood merge window is open, up to [`COALESCE_BYTES`]. A non-output event ends the merge
-    /// and is kept for later.
-    async fn merge(&mut self, mut batch: Vec<PtyEvent>) -> Vec<PtyEvent> {
+    /// the socket of every subscriber that keeps up, or the flood merge window is open, up to
+    /// [`COALESCE_BYTES`]. A non-output event ends the merge and is kept for later. Returns the
+    /// batch and its output bytes.
+    async fn merge(&mut self, mut batch: Vec<PtyEvent>) -> (Vec<PtyEvent>, usize) {
         let mut bytes = batch_bytes(&batch);
         loop {
             while bytes < COALESCE_BYTES {
@@ -181,54 +204,50 @@ impl Pump {
                     }
                     Ok(other) => {
                         self.pending = Some(other);
-                        return batch;
+                        return (batch, bytes);
                     }
-                    Err(_) => break,
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => return (batch, bytes),
                 }
             }
-            if bytes >= COALESCE_BYTES {
-                return batch;
+            // Full, or a subscriber this terminal waits for is now congested: the gate is about
+            // to close, so stop taking output (it stays in the bounded hand-off and the pty).
+            if bytes >= COALESCE_BYTES
+                || self
+                    .in_flight
+                    .iter()
+                    .any(|(q, _)| q.is_congested() && !q.is_lagging() && !q.is_killed())
+            {
+                return (batch, bytes);
             }
-            let notified = self.progress.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            // This terminal's own last update, not other terminals' output on a shared
-            // connection: a quiet terminal never waits behind a noisy one.
-            let unsent = self.in_flight.iter().any(|(o, t)| !o.is_written(*t))
-                && !self.in_flight.iter().any(|(o, _)| o.is_congested());
+            // This terminal's own last update, to subscribers that keep up (a congested one is
+            // flow control's business): a quiet terminal never waits behind a noisy one.
+            let mut unsent = false;
+            for (q, ticket) in &self.in_flight {
+                if !q.is_congested() && !q.is_killed() && q.wake_when_written(*ticket, &self.wake) {
+                    unsent = true;
+                }
+            }
             let window = self.merge_until.filter(|&end| Instant::now() < end);
             if !unsent && window.is_none() {
-                return batch;
+                return (batch, bytes);
             }
-            let window_end = window.unwrap_or_else(|| Instant::now() + RECHECK);
+            let want = (COALESCE_BYTES - bytes).min(WAKE_BYTES);
             tokio::select! {
-                _ = &mut notified, if unsent => {}
-                _ = tokio::time::sleep(RECHECK) => {}
-                _ = tokio::time::sleep_until(window_end), if window.is_some() => {
+                _ = self.wake.notified(), if unsent => {}
+                _ = sleep_until_opt(window) => {
                     self.merge_until = None;
                 }
-                event = self.events.recv() => match event {
-                    Some(TerminalEvent::Output(more)) => {
-                        bytes += batch_bytes(&more);
-                        batch.extend(more);
-                    }
-                    Some(other) => {
-                        self.pending = Some(other);
-                        return batch;
-                    }
-                    None => return batch,
-                },
+                _ = self.events.ready(want) => {}
             }
         }
     }
 }
 
-fn batch_bytes(batch: &[PtyEvent]) -> usize {
-    batch
-        .iter()
-        .map(|e| match e {
-            PtyEvent::Data(d) => d.len(),
-            PtyEvent::Action(_) => 0,
-        })
-        .sum()
+/// Sleeps until `at`, or forever without one.
+async fn sleep_until_opt(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
 }

@@ -7,17 +7,22 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ahp_types::commands::{ReconnectReplayResult, ReconnectResult, ReconnectSnapshotResult};
+use ahp_types::commands::{ReconnectResult, ReconnectSnapshotResult};
 
 use super::channel::{self, ChannelKind};
+use super::history::Entry;
 use super::{ConnId, Host, Inner};
 use crate::rpc::error::RpcError;
-use crate::rpc::version::Wire;
+use crate::rpc::frame;
+use crate::rpc::version::{self, Wire};
 use crate::terminal::PtyProcess;
 
 /// Largest `reconnect` replay, in bytes of encoded envelopes; a longer one is answered with
 /// snapshots instead, which are never larger than the retained state.
 pub const MAX_REPLAY_BYTES: usize = 32 * 1024 * 1024;
+
+/// A reaped terminal: its URI, claim holder and process.
+type Expired = (String, String, Arc<PtyProcess>);
 
 /// WebSocket close code sent to a connection whose `clientId` reconnected elsewhere.
 pub const CLOSE_SUPERSEDED: u16 = 4000;
@@ -27,6 +32,14 @@ pub const MAX_REMEMBERED_CLIENTS: usize = 1024;
 
 /// How long a `clientId` without a live connection is remembered for replay.
 pub const REMEMBER_CLIENTS_FOR: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// What a `reconnect` answers, gathered under the lock and encoded after it is released.
+enum Answer {
+    /// The retained envelopes after `lastSeenServerSeq`, and the channels that are gone.
+    Replay(Vec<Entry>, Vec<String>),
+    /// Fresh snapshots.
+    Snapshot(ReconnectResult),
+}
 
 /// The `clientId`s seen recently — when they last presented themselves or last disconnected —
 /// bounded in count and age, so that memory stays flat however many ids peers invent. A
@@ -129,15 +142,16 @@ impl Host {
     /// dispatched it); otherwise `{"type":"snapshot","snapshots":[…]}` with fresh snapshots.
     /// Channels that no longer exist are listed in `missing` (replay) or left out (snapshot).
     /// Either way the surviving subscriptions are live on this connection, atomically with the
-    /// answer queued by `respond`, which also gets the protocol version the `clientId`
-    /// negotiated last (returned too, for the connection's later answers).
+    /// answer queued by `respond` (given the result as JSON text in the shapes of the protocol
+    /// version the `clientId` negotiated last, and that version, returned too, for the
+    /// connection's later answers).
     pub fn reconnect(
         &self,
         conn: ConnId,
         client_id: String,
         last_seen: i64,
         subscriptions: &[&str],
-        respond: impl FnOnce(Result<(ReconnectResult, Wire), RpcError>) -> String,
+        respond: impl FnOnce(Result<(&str, Wire), RpcError>) -> String,
     ) -> Option<Wire> {
         // Which channels exist, looked up outside one long lock hold; re-checked below.
         let exists = self.existing(subscriptions);
@@ -207,15 +221,16 @@ impl Host {
                 replay = Some(actions);
             }
         }
-        let result = match replay {
+        let (answer, kind) = match replay {
             Some(actions) => {
                 for uri in &live {
                     inner.add_subscriber(conn, uri);
                 }
-                ReconnectResult::Replay(ReconnectReplayResult { actions, missing })
+                let kind = format!("replay of {} actions", actions.len());
+                (Answer::Replay(actions, missing), kind)
             }
             None => {
-                let snapshots = live
+                let snapshots: Vec<_> = live
                     .iter()
                     .filter_map(|uri| {
                         let kind = if uri == channel::ROOT {
@@ -226,31 +241,43 @@ impl Host {
                         inner.subscribe(conn, uri, kind).ok()
                     })
                     .collect();
-                ReconnectResult::Snapshot(ReconnectSnapshotResult { snapshots })
+                let kind = format!("{} snapshots", snapshots.len());
+                let result = ReconnectResult::Snapshot(ReconnectSnapshotResult { snapshots });
+                (Answer::Snapshot(result), kind)
             }
         };
-        let kind = match &result {
-            ReconnectResult::Replay(r) => format!("replay of {} actions", r.actions.len()),
-            ReconnectResult::Snapshot(s) => format!("{} snapshots", s.snapshots.len()),
-        };
         tracing::info!(conn, %client_id, last_seen, "client reconnected: {kind}");
-        self.answer(inner, conn, || respond(Ok((result, wire))));
+        self.answer(inner, conn, move || {
+            let json = match answer {
+                Answer::Replay(actions, missing) => {
+                    // Retained envelopes go out as they were sent (translated only for a
+                    // pre-0.9 client, where their shapes differ).
+                    let envelopes: Vec<_> = actions
+                        .iter()
+                        .map(|e| version::envelope_for(e.envelope_json(), wire))
+                        .collect();
+                    frame::replay_result(envelopes.iter().map(|e| e.as_ref()), &missing)
+                }
+                Answer::Snapshot(result) => version::reconnect_result_json(&result, wire),
+            };
+            respond(Ok((&json, wire)))
+        });
         Some(wire)
     }
 
-    /// Disposes, every tick, the terminals whose claim holder has had no live connection for
-    /// longer than the configured orphan grace; returns at once when reaping is disabled.
-    /// Runs until the host shuts down.
+    /// Disposes the terminals whose claim holder has had no live connection for longer than
+    /// the configured orphan grace, sleeping until the next orphan's deadline (or until an
+    /// orphan clock starts); returns at once when reaping is disabled. Runs until the host
+    /// shuts down.
     pub async fn reap_orphans(self: Arc<Self>) {
         let Some(grace) = self.config.orphan_grace else {
             return;
         };
-        let tick = (grace / 4).clamp(Duration::from_millis(50), Duration::from_secs(5));
-        let mut interval = tokio::time::interval(tick);
-        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            interval.tick().await;
-            let expired: Vec<(String, String, Arc<PtyProcess>)> = {
+            let notified = self.flow.reaper.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let (expired, next): (Vec<Expired>, Option<Instant>) = {
                 let mut inner = self.lock();
                 if inner.shutting_down {
                     return;
@@ -261,12 +288,20 @@ impl Host {
                     .filter(|(_, t)| t.orphaned_since.is_some_and(|s| s.elapsed() >= grace))
                     .map(|(uri, _)| uri.clone())
                     .collect();
-                uris.into_iter()
+                let expired = uris
+                    .into_iter()
                     .filter_map(|uri| {
                         let t = inner.remove_terminal(&uri)?;
                         Some((uri, t.holder, t.process))
                     })
-                    .collect()
+                    .collect();
+                let next = inner
+                    .terminals
+                    .values()
+                    .filter_map(|t| t.orphaned_since)
+                    .min()
+                    .map(|s| s + grace);
+                (expired, next)
             };
             for (uri, holder, process) in expired {
                 tracing::info!(
@@ -276,6 +311,15 @@ impl Host {
                     "reaping terminal: its claim holder has been disconnected longer than the orphan grace"
                 );
                 self.kill(process).await;
+            }
+            match next {
+                Some(at) => {
+                    tokio::select! {
+                        _ = &mut notified => {}
+                        _ = tokio::time::sleep_until(at.into()) => {}
+                    }
+                }
+                None => notified.await,
             }
         }
     }
@@ -290,6 +334,7 @@ impl Inner {
                 t.orphaned_since = None;
             } else if t.orphaned_since.is_none() {
                 t.orphaned_since = Some(now);
+                self.flow.reaper.notify_one();
             }
         }
     }

@@ -1,13 +1,17 @@
 //! Bounded retained content ("scrollback") of a terminal state.
 //!
-//! The reducers only ever append to `TerminalState.content`; after each append the host calls
-//! [`trim`] so a chatty terminal cannot grow memory without limit. Trimming drops whole leading
+//! The reducers only ever append to `TerminalState.content`. Snapshots carry at most the cap
+//! ([`retained`] copies just the part that a trim would keep); in memory the host lets the
+//! content grow to [`trim_threshold`] (twice the cap) before it calls [`trim`], so a flood
+//! moves each byte at most once instead of moving the whole buffer on every append. Trimming drops whole leading
 //! parts first, then cuts the head of the oldest remaining one, always on a character
 //! boundary and never inside an escape sequence, preferring a line start. A running (incomplete) command part is never dropped
 //! (`terminal/commandFinished` finds it by id); only the head of its output may be cut.
 //! A trim is not an action: it shows only in later snapshots (notes §9.7).
 
-use ahp_types::state::{TerminalContentPart, TerminalState};
+use ahp_types::state::{
+    TerminalCommandPart, TerminalContentPart, TerminalState, TerminalUnclassifiedPart,
+};
 
 /// How far past the byte cut [`trim`] looks for a newline to cut after, in bytes.
 const LINE_SEARCH_BYTES: usize = 4096;
@@ -26,35 +30,97 @@ pub fn content_bytes(state: &TerminalState) -> usize {
     state.content.iter().map(part_bytes).sum()
 }
 
-/// Trims `state.content` to at most `cap` bytes (plus at most the command line of a running
-/// command). Returns the new total.
-pub fn trim(state: &mut TerminalState, cap: usize) -> usize {
+/// Retained content above which the host trims, for a cap of `cap` bytes: twice the cap.
+pub fn trim_threshold(cap: usize) -> usize {
+    cap.saturating_mul(2)
+}
+
+/// What trimming to `cap` removes: how many whole leading parts, how many bytes from the head
+/// of the next one, and the total that remains.
+fn plan(state: &TerminalState, cap: usize) -> (usize, usize, usize) {
     let mut total = content_bytes(state);
+    let mut parts = 0;
     // Drop whole leading parts, but never an incomplete command part.
-    while total > cap && state.content.len() > 1 {
-        let first = &state.content[0];
+    while total > cap && state.content.len() - parts > 1 {
+        let first = &state.content[parts];
         if matches!(first, TerminalContentPart::Command(c) if !c.is_complete) {
             break;
         }
         total -= part_bytes(first);
-        state.content.remove(0);
+        parts += 1;
     }
     if total <= cap {
-        return total;
+        return (parts, 0, total);
     }
     // Cut the head of the oldest remaining part.
-    let excess = total - cap;
-    if let Some(part) = state.content.first_mut() {
-        let text = match part {
-            TerminalContentPart::Unclassified(u) => &mut u.value,
-            TerminalContentPart::Command(c) => &mut c.output,
-            TerminalContentPart::Unknown(_) => return total,
-        };
-        let cut = cut_point(text, excess);
-        text.drain(..cut);
-        total -= cut;
+    let cut = match state.content.get(parts) {
+        Some(TerminalContentPart::Unclassified(u)) => cut_point(&u.value, total - cap),
+        Some(TerminalContentPart::Command(c)) => cut_point(&c.output, total - cap),
+        _ => 0,
+    };
+    (parts, cut, total - cut)
+}
+
+/// Trims `state.content` to at most `cap` bytes (plus at most the command line of a running
+/// command). Returns the new total.
+pub fn trim(state: &mut TerminalState, cap: usize) -> usize {
+    let (parts, cut, total) = plan(state, cap);
+    state.content.drain(..parts);
+    match state.content.first_mut() {
+        Some(TerminalContentPart::Unclassified(u)) => drop(u.value.drain(..cut)),
+        Some(TerminalContentPart::Command(c)) => drop(c.output.drain(..cut)),
+        _ => {}
     }
     total
+}
+
+/// A copy of `state` whose content is what [`trim`] to `cap` would keep, copying only that.
+pub fn retained(state: &TerminalState, cap: usize) -> TerminalState {
+    let (parts, cut, _) = plan(state, cap);
+    let mut content: Vec<TerminalContentPart> = Vec::with_capacity(state.content.len() - parts);
+    for (i, part) in state.content[parts..].iter().enumerate() {
+        content.push(match part {
+            TerminalContentPart::Unclassified(u) if i == 0 && cut > 0 => {
+                TerminalContentPart::Unclassified(TerminalUnclassifiedPart {
+                    value: u.value[cut..].to_string(),
+                })
+            }
+            TerminalContentPart::Command(c) if i == 0 && cut > 0 => {
+                TerminalContentPart::Command(TerminalCommandPart {
+                    command_id: c.command_id.clone(),
+                    command_line: c.command_line.clone(),
+                    output: c.output[cut..].to_string(),
+                    timestamp: c.timestamp,
+                    is_complete: c.is_complete,
+                    exit_code: c.exit_code,
+                    duration_ms: c.duration_ms,
+                })
+            }
+            other => other.clone(),
+        });
+    }
+    let TerminalState {
+        title,
+        cwd,
+        cols,
+        rows,
+        content: _,
+        lifecycle,
+        claim,
+        supports_command_detection,
+        is_pty,
+    } = state;
+    TerminalState {
+        title: title.clone(),
+        cwd: cwd.clone(),
+        cols: *cols,
+        rows: *rows,
+        content,
+        lifecycle: lifecycle.clone(),
+        claim: claim.clone(),
+        supports_command_detection: *supports_command_detection,
+        is_pty: *is_pty,
+    }
 }
 
 /// How far back from a cut [`trim`] looks for the start of an escape sequence, in bytes.
@@ -189,6 +255,34 @@ mod tests {
             panic!()
         };
         assert_eq!(u.value, "c".repeat(10));
+    }
+
+    #[test]
+    fn a_snapshot_copy_keeps_what_a_trim_keeps() {
+        let cmd = |done: bool| {
+            TerminalContentPart::Command(TerminalCommandPart {
+                command_id: "1".into(),
+                command_line: "yes".into(),
+                output: "y\n".repeat(100),
+                timestamp: 0,
+                is_complete: done,
+                exit_code: None,
+                duration_ms: None,
+            })
+        };
+        for cap in [0, 10, 150, 250, 1000] {
+            for parts in [
+                vec![text(&"a\n".repeat(100)), cmd(false)],
+                vec![cmd(true), text("line\nline\n"), cmd(false)],
+                vec![text(&"é".repeat(300))],
+            ] {
+                let s = state(parts);
+                let mut trimmed = s.clone();
+                trim(&mut trimmed, cap);
+                assert_eq!(retained(&s, cap), trimmed, "cap {cap}");
+            }
+        }
+        assert_eq!(trim_threshold(1024), 2048);
     }
 
     #[test]

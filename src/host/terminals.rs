@@ -2,8 +2,13 @@
 //! killing, and every server-originated terminal action — pty output, marks, exit — reduced
 //! with the official reducers, numbered and fanned out, plus the root catalogue update that
 //! follows create, exit, dispose, title and claim changes.
+//!
+//! The output path is the hot one: the pieces of output merged into one `terminal/data` are
+//! reduced one by one (the reducer appends each to the content, the one copy it needs) and
+//! escaped straight into the envelope's frame, which is encoded once and shared by every
+//! subscriber's queue and the history.
 
-use std::collections::BTreeSet;
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -21,8 +26,10 @@ use serde_json::Value;
 use tokio_tungstenite::tungstenite::Utf8Bytes;
 
 use super::channel::{self, ChannelKind};
+use super::flow::{Gate, Subscribers};
 use super::history::History;
-use super::{pump, scrollback, validate, ConnId, Host, Inner, Outbox, TerminalEntry};
+use super::outbox::OutboxRef;
+use super::{pump, scrollback, validate, ConnEntry, ConnId, Host, Inner, TerminalEntry};
 use crate::config::{EXE_ENV, HOST_ID_ENV, TERMINAL_ENV};
 use crate::rpc::error::RpcError;
 use crate::rpc::{frame, version};
@@ -140,6 +147,7 @@ impl Host {
                 return Err(RpcError::internal(format!("cannot start the shell: {e}")));
             }
         };
+        let wake = Arc::new(tokio::sync::Notify::new());
         let id = {
             let mut inner = self.lock();
             inner.reserved.remove(&uri);
@@ -163,7 +171,7 @@ impl Host {
                 TerminalEntry {
                     id,
                     state,
-                    subscribers: BTreeSet::new(),
+                    subscribers: Subscribers::new(wake.clone()),
                     process: process.clone(),
                     holder,
                     renamed_by_client: false,
@@ -189,7 +197,7 @@ impl Host {
             return Err(RpcError::internal("ahpty is shutting down"));
         };
         tracing::info!(terminal = %uri, pid = process.pid(), shell = %shell.display(), "terminal created");
-        tokio::spawn(pump::run(self.clone(), uri, id, events));
+        tokio::spawn(pump::run(self.clone(), uri, id, events, wake));
         Ok(())
     }
 
@@ -259,37 +267,39 @@ impl Host {
     }
 
     /// Output of terminal `id` at `uri`, in stream order (called by the terminal's pump).
-    /// Returns, for each subscriber, its outbox and a ticket that is written once this update
-    /// has reached that subscriber's socket (see [`Outbox::is_written`]).
+    /// Fills `in_flight` with each subscriber's queue and a ticket that is written once this
+    /// update has reached that subscriber's socket (see [`OutboxRef::is_written`]), and returns
+    /// the terminal's gate for what follows; `None` if the terminal is gone.
     pub(super) fn apply_output(
         &self,
         uri: &str,
         id: u64,
         events: Vec<PtyEvent>,
-    ) -> Vec<(Outbox, u64)> {
+        in_flight: &mut Vec<(OutboxRef, u64)>,
+    ) -> Option<Gate> {
+        in_flight.clear();
         let mut inner = self.lock();
         if inner.terminals.get(uri).is_none_or(|t| t.id != id) {
-            return Vec::new();
+            return None;
         }
-        let mut text = String::new();
+        let mut pieces = Vec::with_capacity(events.len());
         for ev in events {
             match ev {
-                PtyEvent::Data(d) => text.push_str(&d),
+                PtyEvent::Data(d) => pieces.push(d),
                 PtyEvent::Action(a) => {
-                    inner.emit_data(uri, std::mem::take(&mut text));
+                    inner.emit_data(uri, std::mem::take(&mut pieces));
                     inner.apply_server_action(uri, *a);
                 }
             }
         }
-        inner.emit_data(uri, text);
-        let Some(t) = inner.terminals.get(uri) else {
-            return Vec::new();
-        };
-        t.subscribers
-            .iter()
-            .filter_map(|c| inner.connections.get(c))
-            .map(|c| (c.outbox.clone(), c.outbox.ticket()))
-            .collect()
+        inner.emit_data(uri, pieces);
+        let t = inner.terminals.get(uri)?;
+        in_flight.extend(
+            inner
+                .queues(&t.subscribers)
+                .map(|q| (q.clone(), q.ticket())),
+        );
+        inner.gate(uri)
     }
 
     /// The process of terminal `id` exited: `terminal/exited`, then the root update.
@@ -355,14 +365,9 @@ impl Inner {
             t.info_json = None;
         }
         match &action {
-            StateAction::TerminalData(d) => {
-                t.content_bytes += d.data.len();
-                if t.content_bytes > cap {
-                    t.content_bytes = scrollback::trim(&mut t.state, cap);
-                }
-            }
+            StateAction::TerminalData(d) => t.add_content(d.data.len(), cap),
             StateAction::TerminalCleared(_) => t.content_bytes = 0,
-            StateAction::TerminalCommandExecuted(c) => t.content_bytes += c.command_line.len(),
+            StateAction::TerminalCommandExecuted(c) => t.add_content(c.command_line.len(), cap),
             _ => {}
         }
         let envelope = ActionEnvelope {
@@ -377,35 +382,67 @@ impl Inner {
             None => frame::action(&envelope),
         }
         .into();
-        let mut encodings = version::Encodings::new(&envelope, &text);
-        for c in &t.subscribers {
-            if let Some(conn) = self.connections.get_mut(c) {
-                conn.deliver(encodings.text(conn.wire));
-            }
-        }
-        t.history.push(envelope, text.len());
+        fan_out(
+            &mut self.connections,
+            &t.subscribers,
+            Some(&envelope),
+            &text,
+        );
+        t.history.push(seq, text, None);
     }
 
-    /// Emits output text as `terminal/data`, split into envelopes of at most
-    /// [`MAX_DATA_BYTES`] on character boundaries.
-    pub(super) fn emit_data(&mut self, uri: &str, mut text: String) {
-        while !text.is_empty() {
-            let rest = if text.len() > MAX_DATA_BYTES {
-                let mut cut = MAX_DATA_BYTES;
-                while !text.is_char_boundary(cut) {
+    /// Emits output as `terminal/data`: the concatenation of `pieces`, in envelopes of at most
+    /// [`MAX_DATA_BYTES`] split on character boundaries.
+    pub(super) fn emit_data(&mut self, uri: &str, pieces: Vec<String>) {
+        let mut batch: Vec<String> = Vec::new();
+        let mut len = 0;
+        for mut piece in pieces {
+            while len + piece.len() > MAX_DATA_BYTES {
+                let mut cut = MAX_DATA_BYTES - len;
+                while !piece.is_char_boundary(cut) {
                     cut -= 1;
                 }
-                text.split_off(cut)
-            } else {
-                String::new()
-            };
-            self.emit_terminal(
-                uri,
-                StateAction::TerminalData(TerminalDataAction { data: text }),
-                None,
-            );
-            text = rest;
+                let rest = piece.split_off(cut);
+                if !piece.is_empty() {
+                    batch.push(piece);
+                }
+                self.emit_data_envelope(uri, std::mem::take(&mut batch));
+                len = 0;
+                piece = rest;
+            }
+            if !piece.is_empty() {
+                len += piece.len();
+                batch.push(piece);
+            }
         }
+        if !batch.is_empty() {
+            self.emit_data_envelope(uri, batch);
+        }
+    }
+
+    /// One `terminal/data` envelope whose data is the concatenation of `pieces`.
+    fn emit_data_envelope(&mut self, uri: &str, mut pieces: Vec<String>) {
+        let cap = self.scrollback_bytes;
+        let seq = self.next_seq();
+        let Some(t) = self.terminals.get_mut(uri) else {
+            return;
+        };
+        // Reducing piece by piece appends exactly what reducing their concatenation would.
+        let mut added = 0;
+        for piece in &mut pieces {
+            let action = StateAction::TerminalData(TerminalDataAction {
+                data: std::mem::take(piece),
+            });
+            apply_action_to_terminal(&mut t.state, &action);
+            if let StateAction::TerminalData(d) = action {
+                added += d.data.len();
+                *piece = d.data;
+            }
+        }
+        t.add_content(added, cap);
+        let text: Utf8Bytes = frame::data_action(uri, seq, &pieces).into();
+        fan_out(&mut self.connections, &t.subscribers, None, &text);
+        t.history.push(seq, text, None);
     }
 
     /// A server-originated action derived from output (title, cwd, command marks).
@@ -461,13 +498,47 @@ impl Inner {
             rejection_reason: None,
         };
         let text: Utf8Bytes = frame::action_encoded(&envelope, &action_json).into();
-        let mut encodings = version::Encodings::new(&envelope, &text);
-        for c in &self.root_subscribers {
-            if let Some(conn) = self.connections.get_mut(c) {
-                conn.deliver(encodings.text(conn.wire));
-            }
+        fan_out(
+            &mut self.connections,
+            &self.root_subscribers,
+            Some(&envelope),
+            &text,
+        );
+        self.root_history.push(seq, text, None);
+    }
+}
+
+impl TerminalEntry {
+    /// Counts `bytes` more of retained content, trimming it back to `cap` once it passes
+    /// [`scrollback::trim_threshold`].
+    fn add_content(&mut self, bytes: usize, cap: usize) {
+        self.content_bytes += bytes;
+        if self.content_bytes > scrollback::trim_threshold(cap) {
+            self.content_bytes = scrollback::trim(&mut self.state, cap);
         }
-        self.root_history.push(envelope, text.len());
+    }
+}
+
+/// Queues `text`, the `action` notification of `envelope`, for every connection in
+/// `subscribers` (behind an answer being encoded for it, if there is one). A pre-0.9
+/// subscriber gets the envelope in its own shapes where they differ (see
+/// [`version::Encodings`]); `envelope` is `None` for actions that never differ
+/// (`terminal/data`).
+fn fan_out<'a>(
+    connections: &mut HashMap<ConnId, ConnEntry>,
+    subscribers: impl IntoIterator<Item = &'a ConnId>,
+    envelope: Option<&ActionEnvelope>,
+    text: &Utf8Bytes,
+) {
+    let mut encodings = envelope.map(|e| version::Encodings::new(e, text));
+    for c in subscribers {
+        if let Some(conn) = connections.get_mut(c) {
+            let text = match &mut encodings {
+                Some(e) => e.text(conn.wire),
+                None => text.clone(),
+            };
+            conn.deliver(text);
+        }
     }
 }
 

@@ -336,7 +336,7 @@ impl RpcConnection {
             p.last_seen_server_seq,
             &subscriptions,
             |result| match result {
-                Ok((result, wire)) => version::reconnect_response(&id, &result, wire),
+                Ok((json, _)) => frame::success_raw(&id, json),
                 Err(e) => frame::error(&id, &e),
             },
         );

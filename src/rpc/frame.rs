@@ -293,9 +293,222 @@ pub fn notification(method: &str, params: impl Serialize) -> String {
     serde_json::to_string(&msg).unwrap_or_default()
 }
 
+/// How every `action` notification starts; the envelope follows, then the closing `}`.
+const ACTION_PREFIX: &str = r#"{"jsonrpc":"2.0","method":"action","params":"#;
+
+/// The envelope (`params`) of an `action` notification produced by [`action`] or
+/// [`data_action`], as JSON text.
+pub fn action_params(notification: &str) -> &str {
+    notification
+        .strip_prefix(ACTION_PREFIX)
+        .and_then(|rest| rest.strip_suffix('}'))
+        .unwrap_or(notification)
+}
+
+/// The `action` notification of a server-originated `terminal/data` envelope whose `data` is
+/// the concatenation of `pieces`: byte for byte what [`action`] makes of the same envelope,
+/// without building it (the pieces are escaped straight into the frame).
+pub fn data_action(channel: &str, server_seq: u64, pieces: &[String]) -> String {
+    let len: usize = pieces.iter().map(String::len).sum();
+    let mut out = String::with_capacity(len + len / 32 + channel.len() + 128);
+    out.push_str(ACTION_PREFIX);
+    out.push_str(r#"{"channel":""#);
+    push_escaped(&mut out, channel);
+    out.push_str(r#"","action":{"type":"terminal/data","data":""#);
+    for p in pieces {
+        push_escaped(&mut out, p);
+    }
+    out.push_str(r#""},"serverSeq":"#);
+    out.push_str(&server_seq.to_string());
+    out.push_str("}}");
+    out
+}
+
+/// `{"jsonrpc":"2.0","id":<id>,"result":<result>}` for a result already encoded as JSON: the
+/// same bytes [`success`] produces for the decoded result.
+pub fn success_raw(id: &RawValue, result: &str) -> String {
+    let mut out = String::with_capacity(result.len() + id.get().len() + 40);
+    out.push_str(r#"{"jsonrpc":"2.0","id":"#);
+    out.push_str(id.get());
+    out.push_str(r#","result":"#);
+    out.push_str(result);
+    out.push('}');
+    out
+}
+
+/// A `reconnect` replay result, `{"type":"replay","actions":[…],"missing":[…]}`, from envelopes
+/// already encoded as JSON.
+pub fn replay_result<'a>(actions: impl IntoIterator<Item = &'a str>, missing: &[String]) -> String {
+    let mut out = String::from(r#"{"type":"replay","actions":["#);
+    for (i, a) in actions.into_iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(a);
+    }
+    out.push_str(r#"],"missing":"#);
+    out.push_str(&serde_json::to_string(missing).unwrap_or_else(|_| "[]".into()));
+    out.push('}');
+    out
+}
+
+/// The bytes of `w` that must be escaped in a JSON string (a control character, `"` or `\\`),
+/// as a mask with the high bit of each such byte set. The lowest set bit is exact (later bits
+/// may be false positives), which is all [`push_escaped`] uses; bytes ≥ 0x80 never match.
+fn escape_mask(w: u64) -> u64 {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let control = w.wrapping_sub(ONES * 0x20) & !w & HIGH;
+    let q = w ^ (ONES * u64::from(b'"'));
+    let quote = q.wrapping_sub(ONES) & !q & HIGH;
+    let b = w ^ (ONES * u64::from(b'\\'));
+    let backslash = b.wrapping_sub(ONES) & !b & HIGH;
+    control | quote | backslash
+}
+
+/// Appends the escape of `b` (a byte [`escape_mask`] matches), exactly as serde_json writes it.
+fn push_escape(out: &mut String, b: u8) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    match b {
+        b'"' => out.push_str("\\\""),
+        b'\\' => out.push_str("\\\\"),
+        0x08 => out.push_str("\\b"),
+        0x0c => out.push_str("\\f"),
+        b'\n' => out.push_str("\\n"),
+        b'\r' => out.push_str("\\r"),
+        b'\t' => out.push_str("\\t"),
+        _ => {
+            out.push_str("\\u00");
+            out.push(char::from(HEX[usize::from(b >> 4)]));
+            out.push(char::from(HEX[usize::from(b & 0xf)]));
+        }
+    }
+}
+
+/// Appends `s` escaped as the inside of a JSON string, exactly as serde_json escapes it
+/// (`\"`, `\\`, `\b \f \n \r \t`, other controls as `\u00xx`; nothing else): eight bytes
+/// are checked at a time, and runs without escapes are copied whole.
+fn push_escaped(out: &mut String, s: &str) {
+    let bytes = s.as_bytes();
+    // `start..i` is the run not yet copied; escapes are ASCII, so every cut is on a character
+    // boundary.
+    let mut start = 0;
+    let mut i = 0;
+    while let Some(chunk) = bytes.get(i..i + 8) {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(chunk);
+        let mask = escape_mask(u64::from_le_bytes(w));
+        if mask == 0 {
+            i += 8;
+            continue;
+        }
+        let j = i + (mask.trailing_zeros() / 8) as usize;
+        out.push_str(&s[start..j]);
+        push_escape(out, bytes[j]);
+        i = j + 1;
+        start = i;
+    }
+    while i < bytes.len() {
+        let b = bytes[i];
+        if b < 0x20 || b == b'"' || b == b'\\' {
+            out.push_str(&s[start..i]);
+            push_escape(out, b);
+            start = i + 1;
+        }
+        i += 1;
+    }
+    out.push_str(&s[start..]);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ahp_types::actions::{StateAction, TerminalDataAction};
+
+    #[test]
+    fn data_frames_match_the_serde_encoding_byte_for_byte() {
+        let mut all_bytes = String::new();
+        for c in (0u32..0x80).chain([0xe9, 0x2028, 0x2029, 0xfffd, 0x1f600]) {
+            all_bytes.push(char::from_u32(c).unwrap());
+        }
+        let samples = [
+            "",
+            "plain text, longer than eight bytes",
+            "\u{1b}[1;31mred\u{1b}[0m\r\n",
+            "quote \" backslash \\ tab \t",
+            "é😀─中 \u{7f} del",
+            all_bytes.as_str(),
+        ];
+        for channel in ["ahp-terminal:/t1", "x:/\"odd\\uri\u{1}"] {
+            for (i, a) in samples.iter().enumerate() {
+                for b in &samples[i..] {
+                    let pieces = vec![a.to_string(), b.to_string()];
+                    let envelope = ActionEnvelope {
+                        channel: channel.into(),
+                        action: StateAction::TerminalData(TerminalDataAction {
+                            data: pieces.concat(),
+                        }),
+                        server_seq: 123456789,
+                        origin: None,
+                        rejection_reason: None,
+                    };
+                    let want = action(&envelope);
+                    assert_eq!(data_action(channel, 123456789, &pieces), want);
+                    assert_eq!(
+                        action_params(&want),
+                        serde_json::to_string(&envelope).unwrap()
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn escaping_matches_serde_at_every_alignment() {
+        let specials = "\"\\\u{0}\u{1f}\n\r\t\u{8}\u{c}\u{7f}é";
+        for pad in 0..24 {
+            for gap in 0..10 {
+                let s = format!(
+                    "{}{}{}{}",
+                    "a".repeat(pad),
+                    specials,
+                    "b".repeat(gap),
+                    specials
+                );
+                let mut out = String::new();
+                push_escaped(&mut out, &s);
+                assert_eq!(format!("\"{out}\""), serde_json::to_string(&s).unwrap());
+            }
+        }
+    }
+
+    #[test]
+    fn raw_results_match_the_serde_encoding() {
+        let id = RawValue::from_string("\"a-1\"".into()).unwrap();
+        assert_eq!(
+            success_raw(&id, r#"{"x":[1,2]}"#),
+            success(&id, serde_json::json!({"x": [1, 2]}))
+        );
+        let envelope = ActionEnvelope {
+            channel: "t:/1".into(),
+            action: StateAction::TerminalData(TerminalDataAction { data: "hi".into() }),
+            server_seq: 7,
+            origin: None,
+            rejection_reason: None,
+        };
+        let text = action(&envelope);
+        let missing = vec!["t:/gone".to_string()];
+        let typed = ahp_types::commands::ReconnectResult::Replay(
+            ahp_types::commands::ReconnectReplayResult {
+                actions: vec![envelope.clone(), envelope],
+                missing: missing.clone(),
+            },
+        );
+        assert_eq!(
+            replay_result([action_params(&text), action_params(&text)], &missing),
+            serde_json::to_string(&typed).unwrap()
+        );
+    }
 
     #[test]
     fn ids_are_echoed_verbatim() {

@@ -9,6 +9,8 @@
 //! envelope whose action contains none of them is shared, byte for byte, by every version.
 //! Pure functions and per-fan-out caches; no state.
 
+use std::borrow::Cow;
+
 use ahp_types::actions::{ActionEnvelope, StateAction};
 use ahp_types::state::{Snapshot, TerminalClaim};
 use base64::Engine;
@@ -209,14 +211,10 @@ pub fn subscribe_response(id: &RawValue, snapshot: Snapshot, wire: Wire) -> Stri
     frame::success(id, v)
 }
 
-/// A `reconnect` success response (replay or snapshots) for `wire`.
-pub fn reconnect_response(
-    id: &RawValue,
-    result: &ahp_types::commands::ReconnectResult,
-    wire: Wire,
-) -> String {
+/// The JSON of a `reconnect` result (replay or snapshots) for `wire`.
+pub fn reconnect_result_json(result: &ahp_types::commands::ReconnectResult, wire: Wire) -> String {
     if wire.is_current() {
-        return frame::success(id, result);
+        return serde_json::to_string(result).unwrap_or_default();
     }
     let mut v = to_json(result);
     for e in array_mut(&mut v, "actions") {
@@ -225,7 +223,24 @@ pub fn reconnect_response(
     for s in array_mut(&mut v, "snapshots") {
         snapshot_json(s, wire);
     }
-    frame::success(id, v)
+    v.to_string()
+}
+
+/// A retained envelope's JSON (as a history keeps it) for a subscriber speaking `wire`: as it
+/// is, or — for a pre-0.9 shape, when the action is one whose shape differs — translated.
+pub fn envelope_for(json: &str, wire: Wire) -> Cow<'_, str> {
+    let differs = json.contains(r#""type":"terminal/claimed""#)
+        || json.contains(r#""type":"root/terminalsChanged""#);
+    if wire.is_current() || !differs {
+        return Cow::Borrowed(json);
+    }
+    match serde_json::from_str::<Value>(json) {
+        Ok(mut v) => {
+            envelope_json(&mut v, wire);
+            Cow::Owned(v.to_string())
+        }
+        Err(_) => Cow::Borrowed(json),
+    }
 }
 
 fn to_json<T: Serialize + ?Sized>(value: &T) -> Value {

@@ -3,8 +3,9 @@
 //! [`start`] spawns the program (see [`process`]), a reader thread that turns pty bytes into
 //! [`PtyEvent`]s through the [`output`] pipeline (UTF-8 assembly, shell-integration marks),
 //! and a waiter thread that reports the exit status. Everything arrives, in order, on one
-//! bounded channel of [`TerminalEvent`]s; when that channel is full the reader stops reading
-//! the pty, so a program that floods output blocks in `write` as in a real terminal.
+//! hand-off of [`TerminalEvent`]s bounded in bytes ([`output::channel`]); when it is full the
+//! reader stops reading the pty, so a program that floods output blocks in `write` as in a
+//! real terminal.
 //! This module knows nothing of connections or `serverSeq`; the host consumes the events.
 
 pub mod output;
@@ -16,9 +17,8 @@ use std::io::{self, Read};
 use std::sync::Arc;
 
 use ahp_types::actions::StateAction;
-use tokio::sync::mpsc;
 
-pub use output::OutputPipeline;
+pub use output::{EventReceiver, EventSender, OutputPipeline};
 pub use process::{PtyProcess, SpawnRequest};
 
 /// Largest accepted `cols` or `rows` of a terminal (createTerminal, `terminal/resized`).
@@ -31,9 +31,6 @@ pub const FDS_PER_TERMINAL: u64 = 3;
 
 /// Size of one pty read, in bytes.
 pub const READ_BUFFER_BYTES: usize = 64 * 1024;
-
-/// Reads that may wait in the event channel before the reader thread stops reading the pty.
-const EVENT_CHANNEL_CAPACITY: usize = 32;
 
 /// One item of pty output, in stream order.
 #[derive(Debug, Clone, PartialEq)]
@@ -62,10 +59,10 @@ pub enum TerminalEvent {
 pub fn start(
     request: SpawnRequest,
     pipeline: OutputPipeline,
-) -> io::Result<(Arc<PtyProcess>, mpsc::Receiver<TerminalEvent>)> {
+) -> io::Result<(Arc<PtyProcess>, EventReceiver)> {
     let (process, reader) = PtyProcess::spawn(request).map_err(explain_exhaustion)?;
     let pid = process.pid();
-    let (tx, rx) = mpsc::channel(EVENT_CHANNEL_CAPACITY);
+    let (tx, rx) = output::channel(output::PENDING_OUTPUT_BYTES);
     let reader_tx = tx.clone();
     std::thread::Builder::new()
         .name(format!("pty-reader-{pid}"))
@@ -94,11 +91,7 @@ fn explain_exhaustion(e: io::Error) -> io::Error {
     }
 }
 
-fn reader_loop(
-    mut reader: Box<dyn Read + Send>,
-    mut pipeline: OutputPipeline,
-    tx: mpsc::Sender<TerminalEvent>,
-) {
+fn reader_loop(mut reader: Box<dyn Read + Send>, mut pipeline: OutputPipeline, tx: EventSender) {
     let mut buf = vec![0u8; READ_BUFFER_BYTES];
     loop {
         match reader.read(&mut buf) {

@@ -1,13 +1,29 @@
-//! The output pipeline of one terminal: raw pty bytes in, [`PtyEvent`]s out, in stream order.
+//! The output pipeline of one terminal: raw pty bytes in, [`PtyEvent`]s out, in stream order,
+//! and the hand-off of those events from the reader thread to the host ([`channel`]).
 //!
 //! Runs on the terminal's reader thread. The shell-integration [`OutputParser`] assembles
 //! UTF-8 across reads (invalid bytes become U+FFFD, no character is split between two events),
 //! removes every shell-integration sequence and reports marks; the [`CommandTracker`] turns
 //! the marks into terminal actions. Output written before a mark is emitted before the
 //! mark's action. Touches nothing outside the terminal it belongs to.
+//!
+//! The hand-off is bounded in bytes of output ([`PENDING_OUTPUT_BYTES`]): when that much is
+//! waiting, the reader thread stops reading the pty, so the program blocks in `write`. The
+//! receiver is woken only when what it asked for is there — any event when it is idle, a
+//! given amount of output while it is merging — never once per pty read, which is what keeps
+//! a flood cheap (a pty read is at most about 4 KiB).
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+use tokio::sync::mpsc::error::{SendError, TryRecvError};
+use tokio::sync::Notify;
 
 use super::shell_integration::{now_ms, CommandTracker, OutputEvent, OutputParser};
-use super::PtyEvent;
+use super::{PtyEvent, TerminalEvent};
+
+/// Output bytes that may wait in the hand-off before the reader thread stops reading the pty.
+pub const PENDING_OUTPUT_BYTES: usize = 128 * 1024;
 
 /// Per-terminal output state, kept across reads.
 pub struct OutputPipeline {
@@ -79,10 +95,283 @@ impl OutputPipeline {
     }
 }
 
+/// Bytes of output text in a batch of events (marks count 0).
+pub fn batch_bytes(batch: &[PtyEvent]) -> usize {
+    batch
+        .iter()
+        .map(|e| match e {
+            PtyEvent::Data(d) => d.len(),
+            PtyEvent::Action(_) => 0,
+        })
+        .sum()
+}
+
+/// Bytes of output text in an event (0 for EOF and exit).
+pub fn output_bytes(event: &TerminalEvent) -> usize {
+    match event {
+        TerminalEvent::Output(batch) => batch_bytes(batch),
+        _ => 0,
+    }
+}
+
+struct State {
+    queue: VecDeque<(TerminalEvent, usize)>,
+    /// Output bytes in `queue`.
+    bytes: usize,
+    /// Events in `queue` that are not output (EOF, exit).
+    others: usize,
+    senders: usize,
+    /// Senders blocked waiting for room.
+    blocked: usize,
+    receiver: bool,
+    /// The receiver waits until `bytes >= want` (or a non-output event, or no sender is left).
+    want: Option<usize>,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    /// Signalled when output was taken below the capacity (a blocked reader may go on).
+    room: Condvar,
+    /// Signalled when what the receiver waits for is there.
+    ready: Notify,
+    capacity: usize,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        match self.state.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+}
+
+/// The sending half of a terminal's event hand-off (reader and waiter threads).
+pub struct EventSender {
+    shared: Arc<Shared>,
+}
+
+/// The receiving half (the host's per-terminal task).
+pub struct EventReceiver {
+    shared: Arc<Shared>,
+}
+
+/// A hand-off holding at most `capacity` bytes of output (see the module docs). Events that
+/// are not output (EOF, exit) never wait for room.
+pub fn channel(capacity: usize) -> (EventSender, EventReceiver) {
+    let shared = Arc::new(Shared {
+        state: Mutex::new(State {
+            queue: VecDeque::new(),
+            bytes: 0,
+            others: 0,
+            senders: 1,
+            blocked: 0,
+            receiver: true,
+            want: None,
+        }),
+        room: Condvar::new(),
+        ready: Notify::new(),
+        capacity,
+    });
+    (
+        EventSender {
+            shared: shared.clone(),
+        },
+        EventReceiver { shared },
+    )
+}
+
+impl EventSender {
+    /// Queues an event, blocking the calling thread while the hand-off holds its capacity of
+    /// output. Errors: the receiver is gone (the event is handed back).
+    pub fn blocking_send(&self, event: TerminalEvent) -> Result<(), SendError<TerminalEvent>> {
+        let n = output_bytes(&event);
+        let is_output = matches!(event, TerminalEvent::Output(_));
+        let mut s = self.shared.lock();
+        while is_output && s.receiver && s.bytes >= self.shared.capacity {
+            s.blocked += 1;
+            s = match self.shared.room.wait(s) {
+                Ok(g) => g,
+                Err(p) => p.into_inner(),
+            };
+            s.blocked -= 1;
+        }
+        if !s.receiver {
+            return Err(SendError(event));
+        }
+        s.bytes += n;
+        if !is_output {
+            s.others += 1;
+        }
+        s.queue.push_back((event, n));
+        let wake = s.want.is_some_and(|w| !is_output || s.bytes >= w);
+        if wake {
+            s.want = None;
+        }
+        drop(s);
+        if wake {
+            self.shared.ready.notify_one();
+        }
+        Ok(())
+    }
+
+    /// Whether the receiver is gone.
+    pub fn is_closed(&self) -> bool {
+        !self.shared.lock().receiver
+    }
+}
+
+impl Clone for EventSender {
+    fn clone(&self) -> Self {
+        self.shared.lock().senders += 1;
+        EventSender {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl Drop for EventSender {
+    fn drop(&mut self) {
+        let mut s = self.shared.lock();
+        s.senders -= 1;
+        let last = s.senders == 0;
+        drop(s);
+        if last {
+            self.shared.ready.notify_one();
+        }
+    }
+}
+
+impl EventReceiver {
+    fn pop(&self, s: &mut State) -> Option<TerminalEvent> {
+        let (event, n) = s.queue.pop_front()?;
+        let was_full = s.bytes >= self.shared.capacity;
+        s.bytes -= n;
+        if !matches!(event, TerminalEvent::Output(_)) {
+            s.others -= 1;
+        }
+        if was_full && s.bytes < self.shared.capacity {
+            self.shared.room.notify_all();
+        }
+        Some(event)
+    }
+
+    /// The next event; `None` once every sender is gone and nothing is left.
+    pub async fn recv(&mut self) -> Option<TerminalEvent> {
+        loop {
+            {
+                let mut s = self.shared.lock();
+                if let Some(event) = self.pop(&mut s) {
+                    return Some(event);
+                }
+                if s.senders == 0 {
+                    return None;
+                }
+                s.want = Some(0);
+            }
+            self.shared.ready.notified().await;
+        }
+    }
+
+    /// The next event if one is waiting.
+    pub fn try_recv(&mut self) -> Result<TerminalEvent, TryRecvError> {
+        let mut s = self.shared.lock();
+        match self.pop(&mut s) {
+            Some(event) => Ok(event),
+            None if s.senders == 0 => Err(TryRecvError::Disconnected),
+            None => Err(TryRecvError::Empty),
+        }
+    }
+
+    /// Completes once at least `bytes` of output, or an event that is not output, are waiting,
+    /// or every sender is gone. Takes nothing.
+    pub async fn ready(&self, bytes: usize) {
+        loop {
+            {
+                let mut s = self.shared.lock();
+                if s.bytes >= bytes || s.others > 0 || s.senders == 0 {
+                    return;
+                }
+                s.want = Some(bytes);
+            }
+            self.shared.ready.notified().await;
+        }
+    }
+}
+
+impl Drop for EventReceiver {
+    fn drop(&mut self) {
+        let mut s = self.shared.lock();
+        s.receiver = false;
+        s.queue.clear();
+        s.bytes = 0;
+        drop(s);
+        self.shared.room.notify_all();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use ahp_types::actions::StateAction;
+
+    fn data(n: usize) -> TerminalEvent {
+        TerminalEvent::Output(vec![PtyEvent::Data("x".repeat(n))])
+    }
+
+    #[tokio::test]
+    async fn hand_off_wakes_only_for_what_was_asked() {
+        let (tx, mut rx) = channel(100);
+        tx.blocking_send(data(10)).unwrap();
+        // 10 bytes waiting: `ready(20)` must not complete yet.
+        {
+            let ready = rx.ready(20);
+            tokio::pin!(ready);
+            use futures_util::FutureExt;
+            assert!(ready.as_mut().now_or_never().is_none());
+            tx.blocking_send(data(10)).unwrap();
+            ready.await;
+        }
+        // A non-output event completes any wait.
+        assert!(matches!(rx.try_recv(), Ok(TerminalEvent::Output(_))));
+        tx.blocking_send(TerminalEvent::Eof).unwrap();
+        rx.ready(1000).await;
+        assert!(matches!(rx.recv().await, Some(TerminalEvent::Output(_))));
+        assert!(matches!(rx.recv().await, Some(TerminalEvent::Eof)));
+        assert!(matches!(rx.try_recv(), Err(TryRecvError::Empty)));
+        drop(tx);
+        assert!(rx.recv().await.is_none());
+        assert!(matches!(rx.try_recv(), Err(TryRecvError::Disconnected)));
+    }
+
+    #[test]
+    fn a_full_hand_off_blocks_the_reader_until_output_is_taken() {
+        let (tx, mut rx) = channel(100);
+        tx.blocking_send(data(100)).unwrap();
+        // Not output: never waits for room.
+        tx.blocking_send(TerminalEvent::Exited(Some(0))).unwrap();
+        let reader = std::thread::spawn(move || {
+            let r = tx.blocking_send(data(1));
+            (r.is_ok(), tx)
+        });
+        // Wait (bounded) until the reader is blocked on the full hand-off.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while rx.shared.lock().blocked == 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the reader never blocked"
+            );
+            std::thread::yield_now();
+        }
+        assert!(!reader.is_finished());
+        assert!(matches!(rx.try_recv(), Ok(TerminalEvent::Output(_))));
+        let (sent, tx) = reader.join().unwrap();
+        assert!(sent);
+        // The receiver is gone: the reader is told at once.
+        drop(rx);
+        assert!(tx.blocking_send(data(1)).is_err());
+        assert!(tx.is_closed());
+    }
 
     #[test]
     fn marks_become_actions_in_stream_order() {

@@ -396,6 +396,158 @@ impl Lean {
     }
 }
 
+// ─── resuming and checking a view ────────────────────────────────────────────
+
+impl Lean {
+    /// A new connection that sends `reconnect` for `client_id` with `last_seen` and
+    /// `subscriptions`, watching them; returns it and the result (`{"type":…}`).
+    pub async fn reconnect(
+        addr: &str,
+        client_id: &str,
+        last_seen: u64,
+        subscriptions: &[&str],
+    ) -> (Lean, Value) {
+        let mut c = Lean::connect(addr, None).await;
+        c.client_id = client_id.into();
+        for s in subscriptions {
+            c.watch.insert(s.to_string());
+        }
+        let r = c
+            .request(
+                "reconnect",
+                json!({"channel": ROOT_URI, "clientId": client_id,
+                       "lastSeenServerSeq": last_seen, "subscriptions": subscriptions}),
+            )
+            .await;
+        let result = r
+            .get("result")
+            .cloned()
+            .unwrap_or_else(|| panic!("reconnect failed: {r}"));
+        if let Some(actions) = result["actions"].as_array() {
+            if let Some(s) = actions.iter().filter_map(|a| a["serverSeq"].as_u64()).max() {
+                c.last_seq = c.last_seq.max(s);
+            }
+        }
+        (c, result)
+    }
+
+    /// Reads until the connection ends (close frame or EOF) or `timeout` passes; returns
+    /// whether it ended.
+    pub async fn read_to_close(&mut self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            match self.pump(deadline).await {
+                Pumped::Frame => {}
+                Pumped::Closed => return true,
+                Pumped::Timeout => return false,
+            }
+        }
+    }
+
+    /// Reads for `dur` at about `bytes_per_sec` of frames (a reader on a slow link).
+    pub async fn read_paced(&mut self, bytes_per_sec: usize, dur: Duration) {
+        let start = Instant::now();
+        let mut read = 0usize;
+        while start.elapsed() < dur && self.closed.is_none() {
+            let before = self.data_frame_bytes + self.others.len();
+            let deadline = (Instant::now() + Duration::from_millis(50)).min(start + dur);
+            if self.pump(deadline).await == Pumped::Frame {
+                read += (self.data_frame_bytes + self.others.len()).saturating_sub(before);
+            }
+            // Not waiting for an event: this is the slow link's pace.
+            let due = start + Duration::from_secs_f64(read as f64 / bytes_per_sec as f64);
+            if due > Instant::now() {
+                tokio::time::sleep_until(due.min(start + dur)).await;
+            }
+        }
+    }
+}
+
+/// The `terminal/data` of `channel` in a `reconnect` replay result, concatenated.
+pub fn replayed_data(result: &Value, channel: &str) -> String {
+    result["actions"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter(|e| e["channel"] == channel && e["action"]["type"] == "terminal/data")
+                .filter_map(|e| e["action"]["data"].as_str())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The text of a terminal snapshot's content (values and command outputs, in order).
+pub fn snapshot_text(snapshot: &Value) -> String {
+    snapshot["state"]["content"]
+        .as_array()
+        .map(|parts| {
+            parts
+                .iter()
+                .filter_map(|p| p["value"].as_str().or_else(|| p["output"].as_str()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The numbers of the lines of `text` that are nothing but a number (`seq` output through a
+/// tty: `N\r\n`; of a line the shell rewrote with `\r`, what follows the last `\r`), in order.
+pub fn numbered_lines(text: &str) -> Vec<u64> {
+    text.split("\r\n")
+        .map(|l| l.rsplit('\r').next().unwrap_or(l))
+        .filter(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_digit()))
+        .filter_map(|l| l.parse().ok())
+        .collect()
+}
+
+impl Lean {
+    /// A fresh snapshot of terminal `uri` taken by `fresh` (which subscribes), after which
+    /// `typist` sets a marker title and every client in `viewers` waits for it: they have then
+    /// received everything the snapshot holds. Returns the snapshot's content text.
+    pub async fn settle(
+        fresh: &mut Lean,
+        typist: &mut Lean,
+        viewers: &mut [&mut Lean],
+        uri: &str,
+    ) -> String {
+        let truth = snapshot_text(&fresh.subscribe(uri).await);
+        let marker = unique("settled");
+        typist
+            .dispatch(
+                uri,
+                json!({"type": "terminal/titleChanged", "title": marker}),
+            )
+            .await;
+        for v in viewers.iter_mut() {
+            v.wait_envelope(uri, "terminal/titleChanged", Duration::from_secs(10), |e| {
+                e["action"]["title"] == marker.as_str()
+            })
+            .await;
+        }
+        truth
+    }
+}
+
+/// Checks that `nums` is exactly `first..=last`: no number twice, none missing.
+pub fn assert_consecutive(nums: &[u64], first: u64, last: u64, who: &str) {
+    let mut expected = first;
+    for (i, &n) in nums.iter().enumerate() {
+        assert_eq!(
+            n,
+            expected,
+            "{who}: line {i} is {n}, expected {expected} (a line {} across the cut); around it: {:?}",
+            if n < expected { "twice" } else { "missing" },
+            &nums[i.saturating_sub(3)..(i + 3).min(nums.len())]
+        );
+        expected += 1;
+    }
+    assert_eq!(
+        expected,
+        last + 1,
+        "{who}: lines end at {}, expected {last}",
+        expected - 1
+    );
+}
+
 // ─── /proc ───────────────────────────────────────────────────────────────────
 
 /// Resident set size of `pid` in bytes (VmRSS).
@@ -433,18 +585,55 @@ pub fn ticks_per_second() -> u64 {
     }
 }
 
+/// Pids of every live process.
+pub fn proc_pids() -> impl Iterator<Item = i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()))
+}
+
+/// Pids of the processes named `comm` among the descendants of `root`.
+pub fn descendants_named(root: u32, comm: &str) -> Vec<i32> {
+    let mut parent = HashMap::new();
+    let mut names = HashMap::new();
+    for pid in proc_pids() {
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let ppid = stat[close + 1..]
+            .split_whitespace()
+            .nth(1)
+            .and_then(|v| v.parse::<i32>().ok())
+            .unwrap_or(0);
+        parent.insert(pid, ppid);
+        names.insert(pid, stat[open + 1..close].to_string());
+    }
+    let descends = |mut p: i32| {
+        for _ in 0..16 {
+            match parent.get(&p) {
+                Some(&pp) if pp == root as i32 => return true,
+                Some(&pp) if pp > 1 => p = pp,
+                _ => return false,
+            }
+        }
+        false
+    };
+    names
+        .iter()
+        .filter(|(pid, name)| name.as_str() == comm && descends(**pid))
+        .map(|(pid, _)| *pid)
+        .collect()
+}
+
 /// Pids of live processes whose command line contains `needle` (arguments joined by spaces).
 pub fn pids_with_cmdline(needle: &str) -> Vec<i32> {
     let mut out = Vec::new();
     let me = std::process::id() as i32;
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<i32>().ok())
-        else {
-            continue;
-        };
+    for pid in proc_pids() {
         if pid == me {
             continue;
         }

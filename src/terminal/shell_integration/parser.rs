@@ -276,7 +276,8 @@ impl OutputParser {
     fn step(&mut self, bytes: &[u8], out: &mut Vec<OutputEvent>) -> usize {
         match self.mode {
             Mode::Ground => {
-                let n = bytes.iter().position(|&b| b == ESC).unwrap_or(bytes.len());
+                // The text fast path: everything up to the next ESC is plain text.
+                let n = memchr::memchr(ESC, bytes).unwrap_or(bytes.len());
                 self.decoder.decode_into(&bytes[..n], &mut self.text);
                 if n < bytes.len() {
                     self.begin_escape();
