@@ -19,7 +19,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use tokio::sync::mpsc::error::{SendError, TryRecvError};
 use tokio::sync::Notify;
 
-use super::shell_integration::{now_ms, CommandTracker, OutputEvent, OutputParser};
+use super::shell_integration::{now_ms, CommandTracker, OutputEvent, OutputParser, ParserCarry};
 use super::{PtyEvent, TerminalEvent};
 
 /// Output bytes that may wait in the hand-off before the reader thread stops reading the pty.
@@ -27,6 +27,8 @@ pub const PENDING_OUTPUT_BYTES: usize = 128 * 1024;
 
 /// Per-terminal output state, kept across reads.
 pub struct OutputPipeline {
+    nonce: String,
+    injected: bool,
     parser: OutputParser,
     tracker: CommandTracker,
     scratch: Vec<OutputEvent>,
@@ -46,15 +48,35 @@ impl OutputPipeline {
     /// ([`OutputParser::signed`]); otherwise any OSC 633/133 mark the shell prints is.
     pub fn new(nonce: String, cwd_uri: Option<String>, injected: bool) -> Self {
         let parser = if injected {
-            OutputParser::signed(nonce)
+            OutputParser::signed(nonce.clone())
         } else {
-            OutputParser::new(nonce)
+            OutputParser::new(nonce.clone())
         };
         OutputPipeline {
+            nonce,
+            injected,
             parser,
             tracker: CommandTracker::new(cwd_uri),
             scratch: Vec::new(),
         }
+    }
+
+    /// This pipeline's state between two reads, as data (for a live upgrade).
+    pub fn suspend(&self) -> PipelineCarry {
+        PipelineCarry {
+            nonce: self.nonce.clone(),
+            injected: self.injected,
+            parser: self.parser.suspend(),
+            tracker: self.tracker.clone(),
+        }
+    }
+
+    /// A pipeline that goes on where the suspended one stopped.
+    pub fn resume(carry: &PipelineCarry) -> Self {
+        let mut p = OutputPipeline::new(carry.nonce.clone(), None, carry.injected);
+        p.parser.resume(&carry.parser);
+        p.tracker = carry.tracker.clone();
+        p
     }
 
     /// Processes one read's bytes.
@@ -93,6 +115,22 @@ impl OutputPipeline {
         }
         out
     }
+}
+
+/// What an [`OutputPipeline`] carries across a live upgrade: the shell-integration nonce and
+/// mode, the parser's held-back bytes and the command tracker (docs/upgrade.md).
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PipelineCarry {
+    /// The terminal's shell-integration nonce.
+    pub nonce: String,
+    /// Whether ahpty's own integration scripts run (only signed marks are believed).
+    pub injected: bool,
+    /// The parser's held-back bytes.
+    pub parser: ParserCarry,
+    /// Command state (running command, cwd, detection).
+    #[serde(default)]
+    pub tracker: CommandTracker,
 }
 
 /// Bytes of output text in a batch of events (marks count 0).

@@ -85,7 +85,8 @@ pub enum OutputEvent {
 }
 
 /// Kind of the escape sequence in progress, decided by the byte after ESC.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 enum Kind {
     /// `ESC` [intermediates] final.
     Esc,
@@ -144,6 +145,24 @@ impl vte::Perform for Recorder {
     }
 }
 
+/// What an [`OutputParser`] holds back between two reads, as data: the raw bytes of the
+/// sequence in progress or of a partial UTF-8 character, and for an oversize sequence the
+/// mode it streams or skips in. Carried across a live upgrade (docs/upgrade.md): a fresh
+/// parser resumed from it behaves exactly as the suspended one would have.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ParserCarry {
+    /// Raw bytes held back (at most [`MAX_OSC_BYTES`] + 1): fed again to the fresh parser.
+    #[serde(default)]
+    pub held: Vec<u8>,
+    /// An oversize non-integration sequence of this kind streams through as text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    stream: Option<Kind>,
+    /// An oversize integration OSC is being dropped (`true`: its last byte was ESC).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    skip: Option<bool>,
+}
+
 /// Streaming parser for one terminal's pty output. See the module docs.
 pub struct OutputParser {
     nonce: String,
@@ -199,6 +218,44 @@ impl OutputParser {
             i += self.step(&bytes[i..], out);
         }
         self.flush_text(out);
+    }
+
+    /// What this parser holds back (see [`ParserCarry`]); the parser itself is left as is.
+    /// Called between two [`feed`](Self::feed)s.
+    pub fn suspend(&self) -> ParserCarry {
+        let mut carry = ParserCarry::default();
+        match self.mode {
+            Mode::Ground => carry.held.extend_from_slice(self.decoder.pending()),
+            Mode::Seq { .. } => carry.held.extend_from_slice(&self.buf),
+            Mode::AwaitSt { .. } => {
+                carry.held.extend_from_slice(&self.buf);
+                carry.held.push(ESC);
+            }
+            Mode::Stream { kind } => {
+                carry.stream = Some(kind);
+                carry.held.extend_from_slice(self.decoder.pending());
+            }
+            Mode::Skip { after_esc } => carry.skip = Some(after_esc),
+        }
+        carry
+    }
+
+    /// Restores the state [`suspend`](Self::suspend) described into this parser, which must be
+    /// fresh. Emits nothing: the carried bytes were held back, not yet emitted.
+    pub fn resume(&mut self, carry: &ParserCarry) {
+        if let Some(kind) = carry.stream {
+            self.mode = Mode::Stream { kind };
+        } else if let Some(after_esc) = carry.skip {
+            self.mode = Mode::Skip { after_esc };
+        }
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < carry.held.len() {
+            i += self.step(&carry.held[i..], &mut out);
+        }
+        // Held bytes complete nothing; anything else would be a carry from another parser.
+        debug_assert!(out.is_empty() && self.text.is_empty());
+        self.flush_text(&mut out);
     }
 
     /// Ends the stream (EOF): releases anything held. An unfinished non-integration sequence is
