@@ -20,6 +20,7 @@ mod actions;
 pub mod catalog;
 pub mod channel;
 mod flow;
+pub mod handover;
 pub mod history;
 pub mod outbox;
 mod pump;
@@ -86,6 +87,10 @@ struct Inner {
     next_conn: ConnId,
     next_terminal: u64,
     shutting_down: bool,
+    /// A live upgrade is under way (see `handover.rs`): no new terminals.
+    upgrading: bool,
+    /// Suspended pumps' hand-over state, by terminal id (during a live upgrade).
+    parked: HashMap<u64, pump::Parked>,
 }
 
 struct ConnEntry {
@@ -165,6 +170,8 @@ impl Host {
                 next_conn: 1,
                 next_terminal: 1,
                 shutting_down: false,
+                upgrading: false,
+                parked: HashMap::new(),
             }),
         })
     }

@@ -30,7 +30,7 @@ use super::flow::Gate;
 use super::outbox::OutboxRef;
 use super::Host;
 use crate::terminal::output::batch_bytes;
-use crate::terminal::{EventReceiver, PtyEvent, TerminalEvent};
+use crate::terminal::{EventReceiver, PtyEvent, ReaderCarry, TerminalEvent};
 
 /// How long after the process exits its output may still drain before `terminal/exited`.
 pub const EXIT_DRAIN: Duration = Duration::from_millis(500);
@@ -71,6 +71,25 @@ struct Pump {
     in_flight: Vec<(OutboxRef, u64)>,
 }
 
+/// A pump's own state, carried across a live upgrade (docs/upgrade.md).
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct PumpState {
+    /// The process's exit was received (its code is `exit_code`).
+    pub exited: bool,
+    pub exit_code: Option<i64>,
+    /// `terminal/exited` was emitted.
+    pub exit_reported: bool,
+    /// The pty reported end of file.
+    pub eof: bool,
+}
+
+/// What a suspended pump leaves for the hand-over: the reader's carry and its own state.
+pub(super) struct Parked {
+    pub reader: ReaderCarry,
+    pub state: PumpState,
+}
+
 pub(super) async fn run(
     host: Arc<Host>,
     uri: String,
@@ -78,6 +97,22 @@ pub(super) async fn run(
     events: EventReceiver,
     wake: Arc<Notify>,
 ) {
+    resume(host, uri, id, events, wake, PumpState::default()).await
+}
+
+/// [`run`] for a terminal handed over by a live upgrade, with its pump's state.
+pub(super) async fn resume(
+    host: Arc<Host>,
+    uri: String,
+    id: u64,
+    events: EventReceiver,
+    wake: Arc<Notify>,
+    state: PumpState,
+) {
+    let exit = state.exited.then_some(state.exit_code);
+    // An exit waiting for the output to drain gets its full drain time again.
+    let deadline =
+        (exit.is_some() && !state.eof && !state.exit_reported).then(|| Instant::now() + EXIT_DRAIN);
     let mut pump = Pump {
         host,
         uri,
@@ -86,10 +121,10 @@ pub(super) async fn run(
         wake,
         pending: None,
         gate: None,
-        exit: None,
-        exit_reported: false,
-        eof: false,
-        deadline: None,
+        exit,
+        exit_reported: state.exit_reported,
+        eof: state.eof,
+        deadline,
         merge_until: None,
         in_flight: Vec::new(),
     };
@@ -140,6 +175,23 @@ impl Pump {
                     } else {
                         self.deadline = Some(Instant::now() + EXIT_DRAIN);
                     }
+                }
+                TerminalEvent::Suspended(carry) => {
+                    // A live upgrade: everything read before it has been applied.
+                    let state = PumpState {
+                        exited: self.exit.is_some(),
+                        exit_code: self.exit.flatten(),
+                        exit_reported: self.exit_reported,
+                        eof: self.eof,
+                    };
+                    self.host.park(
+                        self.id,
+                        Parked {
+                            reader: *carry,
+                            state,
+                        },
+                    );
+                    return;
                 }
             }
         }

@@ -88,6 +88,9 @@ impl Host {
             if inner.shutting_down {
                 return Err(RpcError::internal("ahpty is shutting down"));
             }
+            if inner.upgrading {
+                return Err(RpcError::internal("ahpty is upgrading; retry in a moment"));
+            }
             if inner.terminals.contains_key(&uri) || inner.reserved.contains(&uri) {
                 return Err(RpcError::already_exists(&uri));
             }
