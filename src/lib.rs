@@ -14,6 +14,7 @@ pub mod rpc;
 pub mod server;
 pub mod service;
 pub mod terminal;
+pub mod upgrade;
 
 pub use config::Config;
 pub use server::{serve, Server};

@@ -52,6 +52,7 @@ macro_rules! delegate_async_write {
 pub mod auth;
 pub mod connection;
 pub mod fdlimit;
+pub mod handover;
 pub mod pending;
 pub mod prefixed;
 pub mod tls;
@@ -183,9 +184,23 @@ pub struct Server {
     ctx: Arc<Context>,
     token: Option<Token>,
     generated_token: bool,
+    /// Live upgrades on SIGUSR2 (see [`Server::with_upgrades`]).
+    upgrader: Option<crate::upgrade::Upgrader>,
 }
 
 impl Server {
+    /// Serves live upgrades: on SIGUSR2 the daemon re-executes its binary in place and hands
+    /// its state over (see [`crate::upgrade`]).
+    pub fn with_upgrades(mut self, upgrader: crate::upgrade::Upgrader) -> Self {
+        self.upgrader = Some(upgrader);
+        self
+    }
+
+    /// The shared host.
+    pub fn host(&self) -> &Arc<Host> {
+        &self.host
+    }
+
     /// Checks the security settings ([`auth::check_config`]; its warnings are logged), loads
     /// TLS, resolves the token (generating one for [`Auth::Generate`]) and binds every
     /// listener. Errors name the listener or file at fault.
@@ -254,6 +269,7 @@ impl Server {
             host,
             token,
             generated_token,
+            upgrader: None,
         })
     }
 
@@ -300,7 +316,7 @@ impl Server {
 
     /// Accepts connections until `shutdown` completes, then disposes every terminal (process
     /// groups killed), closes every connection with code 1001 and removes socket files.
-    pub async fn run(self, shutdown: impl Future<Output = ()>) {
+    pub async fn run(mut self, shutdown: impl Future<Output = ()>) {
         for l in &self.listeners {
             // Tests and scripts parse `listening on ws://ADDR`: keep this format.
             tracing::info!("listening on {}", l.describe());
@@ -330,6 +346,7 @@ impl Server {
         // the daemon runs out of descriptors.
         let mut reserve = std::fs::File::open("/dev/null").ok();
         let mut connections = JoinSet::new();
+        let mut upgrader = self.upgrader.take();
         tokio::pin!(shutdown);
         loop {
             let accepts = self.listeners.iter().enumerate().map(|(i, l)| {
@@ -339,6 +356,12 @@ impl Server {
             let any_accept = futures_util::future::select_all(accepts);
             tokio::select! {
                 _ = &mut shutdown => break,
+                // No accept runs while an upgrade quiesces: connections wait in the backlog.
+                request = crate::upgrade::requested(&mut upgrader) => {
+                    if let Some(u) = upgrader.as_mut() {
+                        u.perform(&self, request).await;
+                    }
+                }
                 ((i, accepted), _, _) = any_accept => match accepted {
                     Ok(accepted) => {
                         let (key, fd) = match &accepted {

@@ -49,7 +49,16 @@ pub fn runtime_dir(home: &std::path::Path) -> std::path::PathBuf {
 /// [`runtime_dir`]) and RUST_LOG=info, without the caller's `AHPTY_*` settings or systemd
 /// variables; stdout/stderr piped.
 pub fn daemon_command(home: &std::path::Path, args: &[&str]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ahpty"));
+    daemon_command_of(
+        std::path::Path::new(env!("CARGO_BIN_EXE_ahpty")),
+        home,
+        args,
+    )
+}
+
+/// [`daemon_command`] running the binary at `exe` (e.g. a link that a test replaces).
+pub fn daemon_command_of(exe: &std::path::Path, home: &std::path::Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(exe);
     for (name, _) in std::env::vars_os() {
         let n = name.to_string_lossy();
         if n.starts_with("AHPTY_") || n == "NOTIFY_SOCKET" || n == "JOURNAL_STREAM" {
