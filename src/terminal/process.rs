@@ -829,3 +829,63 @@ pub fn kill_session(sid: i32, grace: Duration) {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_suspended_writer_hands_back_exactly_what_it_did_not_write() {
+        let (process, _reader) = PtyProcess::spawn(SpawnRequest {
+            program: "/bin/sh".into(),
+            args: vec!["-c".into(), "stty raw -echo; exec sleep 30".into()],
+            cwd: "/".into(),
+            cols: 80,
+            rows: 24,
+            env: Vec::new(),
+            env_remove: Vec::new(),
+        })
+        .unwrap();
+        // In raw mode (no line editing, nothing dropped) and never read: the pty's input
+        // queue fills and the writer blocks.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let mut t: libc::termios = unsafe { std::mem::zeroed() };
+            assert_eq!(
+                unsafe { libc::tcgetattr(process.master.as_raw_fd(), &mut t) },
+                0
+            );
+            if t.c_lflag & libc::ICANON == 0 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "stty raw never took effect");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let input: Vec<u8> = (0..256 * 1024u32)
+            .map(|i| b'a' + (i % 23) as u8 + if i % 97 == 0 { 1 } else { 0 })
+            .collect();
+        for chunk in input.chunks(10_000) {
+            process.write(chunk.to_vec()).unwrap();
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut last = usize::MAX;
+        loop {
+            std::thread::sleep(Duration::from_millis(50));
+            let now = process.pending_input.load(Ordering::Acquire);
+            if now == last || Instant::now() > deadline {
+                break;
+            }
+            last = now;
+        }
+        let (fd, left) = process.suspend().unwrap();
+        drop(fd);
+        assert!(
+            !left.is_empty() && left.len() < input.len(),
+            "{} left",
+            left.len()
+        );
+        assert_eq!(&input[input.len() - left.len()..], &left[..]);
+        let _ = kill(Pid::from_raw(process.pid()), Signal::SIGKILL);
+        let _ = waitpid(Pid::from_raw(process.pid()), None);
+    }
+}
