@@ -415,14 +415,26 @@ fn serve(
             return ExitCode::from(1);
         }
     };
+    // Before the commit, a failure goes back to the previous image (when there is one).
+    let abandon = |reason: &str| {
+        if let Some(i) = &inherited {
+            i.abandon(reason);
+        }
+    };
     let loaded = match args.load() {
         Ok(l) => l,
-        Err(e) => return fail(&e),
+        Err(e) => {
+            abandon(&e.to_string());
+            return fail(&e);
+        }
     };
     let (file, notes) = (loaded.file.clone(), loaded.notes.clone());
     let (config, warnings) = match loaded.settings.into_config(env_token) {
         Ok(c) => c,
-        Err(e) => return fail(&e),
+        Err(e) => {
+            abandon(&e.to_string());
+            return fail(&e);
+        }
     };
     if let Some(file) = file.filter(|f| f.found) {
         tracing::info!("settings from {}", file.path.display());
@@ -454,13 +466,23 @@ fn serve(
     {
         Ok(rt) => rt,
         Err(e) => {
+            abandon(&format!("cannot start the async runtime: {e}"));
             eprintln!("ahpty: cannot start the async runtime: {e}");
             return ExitCode::from(1);
         }
     };
     let result = runtime.block_on(async {
         let shutdown = shutdown_signal();
-        let upgrader = ahpty::upgrade::Upgrader::install(inherited.as_ref().map(|i| &i.handover))?;
+        let upgrader =
+            match ahpty::upgrade::Upgrader::install(inherited.as_ref().map(|i| &i.handover)) {
+                Ok(u) => u,
+                Err(e) => {
+                    if let Some(i) = &inherited {
+                        i.abandon(&format!("cannot install the SIGUSR2 handler: {e}"));
+                    }
+                    return Err(e);
+                }
+            };
         let server = match inherited {
             Some(inherited) => {
                 // The commit point: from here on the old image is gone for good.

@@ -68,8 +68,12 @@ impl Install {
     }
 
     fn start(&self) -> Daemon {
+        self.start_with_env(&[])
+    }
+
+    fn start_with_env(&self, env: &[(&str, &str)]) -> Daemon {
         let home = tempfile::tempdir().expect("tempdir");
-        let cmd = daemon_command_of(
+        let mut cmd = daemon_command_of(
             &self.exe(),
             home.path(),
             &[
@@ -84,6 +88,7 @@ impl Install {
                 BIG,
             ],
         );
+        cmd.envs(env.iter().copied());
         Daemon::start_command(home, cmd)
     }
 }
@@ -388,4 +393,48 @@ async fn a_new_binary_that_cannot_take_over_leaves_the_old_one_serving() {
         "{resp}"
     );
     assert_eq!(shell_pid(&mut r, &t).await, pid);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_image_that_crashes_before_taking_over_hands_back_to_the_old_one() {
+    let install = Install::new();
+    // Test-only fault: an image adopting a hand-over aborts (an image executed again after a
+    // failure ignores it).
+    let d = install.start_with_env(&[("AHPTY_TEST_ADOPT_FAULT", "abort")]);
+    let (mut a, _) = Raw::connect_init(&d.url(), "crash-a", &[ROOT]).await;
+    let t = term_uri("crash");
+    raw_create(&mut a, &t, client_claim("crash-a")).await;
+    raw_subscribe(&mut a, &t).await;
+    a.ready(&t).await;
+    let pid = shell_pid(&mut a, &t).await;
+    a.type_text(&t, "echo before-$((1+1))\r").await;
+    a.wait_data(&t, "before-2", SHELL_TIMEOUT).await;
+
+    let out = upgrade(d.home()).await;
+    assert_eq!(out.code, Some(1), "{out:?}\n{}", d.stderr());
+    for e in [
+        "upgrade failed (adopt)",
+        "crashed (SIGABRT)",
+        "went back to",
+    ] {
+        assert!(out.stdout.contains(e), "no {e:?} in {out:?}");
+    }
+    let st = status(&d);
+    assert_eq!(
+        (&st["ok"], &st["stage"]),
+        (&json!(false), &json!("adopt")),
+        "{st}"
+    );
+    // The old image took the hand-over back: same shell, resumable without a gap.
+    let close = a.wait_closed(Duration::from_secs(20)).await;
+    assert_eq!(close.map(|c| u16::from(c.code)), Some(1012));
+    let (mut r, resp) = raw_reconnect(&d.url(), "crash-a", last_seq(&a) as i64, &[ROOT, &t]).await;
+    assert_eq!(
+        resp.pointer("/result/type"),
+        Some(&json!("replay")),
+        "{resp}"
+    );
+    assert_eq!(shell_pid(&mut r, &t).await, pid);
+    assert_eq!(ppid(pid), d.pid() as i32);
+    assert!(d.stderr().contains("the previous version serves again"));
 }

@@ -20,6 +20,7 @@
 //! The outcome of every attempt is written to [`status_path`] (`ahpty upgrade` waits for it).
 
 pub mod cli;
+mod rollback;
 mod sys;
 
 use std::ffi::OsString;
@@ -48,6 +49,13 @@ pub const ROLLBACK_FD_ENV: &str = "AHPTY_ROLLBACK_FD";
 
 /// Set when an image is executed again because the upgrade failed: the reason.
 pub const FAILED_ENV: &str = "AHPTY_UPGRADE_FAILED";
+
+/// Test-only fault injection in an image adopting a hand-over (never in one executed again
+/// after a failure): `abort` (crash), `hang` (never commits), `error` (rejects the hand-over).
+pub const TEST_FAULT_ENV: &str = "AHPTY_TEST_ADOPT_FAULT";
+
+/// How long the new image may take to commit before the old one is executed again, seconds.
+pub const ADOPT_TIMEOUT_SECS: u32 = 5;
 
 /// How long the new binary's `upgrade-check` may take to answer.
 pub const PREFLIGHT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -253,6 +261,9 @@ pub struct Inherited {
 /// taken and there is no way back.
 pub fn take_inherited() -> Option<Result<Inherited, String>> {
     let fd = std::env::var(HANDOVER_FD_ENV).ok()?;
+    // The control signals stay blocked until their handlers exist; any other signal that
+    // was blocked when the previous image executed this one is unblocked.
+    sys::set_control_mask();
     let rollback = std::env::var(ROLLBACK_FD_ENV).ok();
     let failed = std::env::var(FAILED_ENV).ok();
     // Before any thread exists (see the caller): nothing reads the environment concurrently.
@@ -280,12 +291,31 @@ pub fn take_inherited() -> Option<Result<Inherited, String>> {
         .and_then(|bytes| decode(&bytes))
         .and_then(|h| check_descriptors(&h).map(|()| h));
     match checked {
-        Ok(handover) => Some(Ok(Inherited {
-            handover,
-            memfd,
-            rollback,
-            failed,
-        })),
+        Ok(handover) => {
+            if let (None, Some(back)) = (&failed, &rollback) {
+                rollback::arm(back.as_raw_fd(), memfd.as_raw_fd(), ADOPT_TIMEOUT_SECS);
+                // A panic before the commit aborts, which goes back (see `rollback.rs`).
+                let default = std::panic::take_hook();
+                std::panic::set_hook(Box::new(move |info| {
+                    default(info);
+                    std::process::abort();
+                }));
+                match std::env::var(TEST_FAULT_ENV).as_deref() {
+                    Ok("abort") => std::process::abort(),
+                    Ok("hang") => loop {
+                        std::thread::sleep(Duration::from_secs(1));
+                    },
+                    Ok("error") => roll_back(&memfd, back, "stage=adopt: rejected (test fault)"),
+                    _ => {}
+                }
+            }
+            Some(Ok(Inherited {
+                handover,
+                memfd,
+                rollback,
+                failed,
+            }))
+        }
         Err(reason) => {
             if failed.is_none() {
                 if let Some(back) = &rollback {
@@ -351,9 +381,22 @@ fn inherited_env() -> Vec<(OsString, OsString)> {
 }
 
 impl Inherited {
+    /// Gives up on the hand-over before the commit: executes the old image again with
+    /// `reason` if there is one to go back to (then this does not return).
+    pub fn abandon(&self, reason: &str) {
+        if self.failed.is_none() {
+            if let Some(back) = &self.rollback {
+                roll_back(&self.memfd, back, &format!("stage=adopt: {reason}"));
+            }
+        }
+    }
+
     /// The commit point: closes the way back and the hand-over file, and makes every inherited
     /// descriptor close-on-exec again. Returns the hand-over and its descriptors (by index).
     pub fn commit(self) -> (Handover, Vec<Option<OwnedFd>>, Option<String>) {
+        rollback::disarm();
+        // The default panic hook again (the one set in `take_inherited` aborts).
+        let _ = std::panic::take_hook();
         drop(self.rollback);
         drop(self.memfd);
         let fds = self

@@ -137,6 +137,14 @@ pub fn block_control_signals() {
     unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
 }
 
+/// Blocks exactly the control signals in the calling thread: an image executed from a
+/// signal handler (see `rollback.rs`) inherits that signal blocked too.
+pub fn set_control_mask() {
+    let set = control_set();
+    // SAFETY: pthread_sigmask with a valid set.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &set, std::ptr::null_mut()) };
+}
+
 /// Unblocks the control signals in the calling thread (their handlers are installed).
 pub fn unblock_control_signals() {
     let set = control_set();
