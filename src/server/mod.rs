@@ -359,7 +359,8 @@ impl Server {
                 // No accept runs while an upgrade quiesces: connections wait in the backlog.
                 request = crate::upgrade::requested(&mut upgrader) => {
                     if let Some(u) = upgrader.as_mut() {
-                        u.perform(&self, request).await;
+                        let stop = || shutdown.as_mut().now_or_never().is_some();
+                        u.perform(&self, request, stop).await;
                     }
                 }
                 ((i, accepted), _, _) = any_accept => match accepted {

@@ -652,7 +652,15 @@ impl Upgrader {
 
     /// Quiesces the host and executes the new image with the hand-over. Returns only if
     /// nothing was changed yet (the failure is reported and the daemon serves on).
-    pub async fn perform(&mut self, server: &Server, request: Request) {
+    ///
+    /// `stop_requested` tells whether SIGTERM or SIGINT arrived meanwhile (the old image's
+    /// handler took it, so it is raised again, blocked, for the new image to stop on).
+    pub async fn perform(
+        &mut self,
+        server: &Server,
+        request: Request,
+        mut stop_requested: impl FnMut() -> bool,
+    ) {
         let host = server.host().clone();
         if let Err(reason) = host.begin_upgrade().await {
             report_failure(request.attempt, &self.version, Stage::Quiesce, reason);
@@ -689,7 +697,11 @@ impl Upgrader {
             elapsed_ms = request.started.elapsed().as_millis() as u64,
             "executing the new image"
         );
-        let failure = self.exec(&handover);
+        let stop = stop_requested();
+        if stop {
+            tracing::info!("a stop was requested during the upgrade: the new image stops");
+        }
+        let failure = self.exec(&handover, stop);
         // Still here: not even this image could be executed again.
         tracing::error!("live upgrade failed and this image cannot be executed again: {failure}");
         std::process::exit(1);
@@ -698,7 +710,7 @@ impl Upgrader {
     /// Writes the hand-over, keeps its descriptors across exec, blocks the control signals
     /// and executes the install path, then (if that fails) this image. Returns the error of
     /// the last attempt.
-    fn exec(&self, handover: &Handover) -> String {
+    fn exec(&self, handover: &Handover, stop: bool) -> String {
         let memfd = match encode(handover).and_then(|b| sys::memfd(&b)) {
             Ok(fd) => fd,
             Err(e) => return format!("cannot write the hand-over: {e}"),
@@ -719,6 +731,11 @@ impl Upgrader {
             env.push((ROLLBACK_FD_ENV.into(), exe.as_raw_fd().to_string().into()));
         }
         sys::block_control_signals();
+        if stop {
+            // Pending (blocked) across exec, delivered once the new image's handlers exist.
+            // SAFETY: kill has no memory effects.
+            unsafe { libc::kill(libc::getpid(), libc::SIGTERM) };
+        }
         let e = sys::execve(&self.install_path, &self.args, &env);
         let reason = format!(
             "stage=exec: cannot execute {}: {e}",
