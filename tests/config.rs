@@ -374,7 +374,11 @@ fn the_readme_options_table_matches_the_defaults() {
                 "false" => readme_default == "off",
                 d if d.starts_with('"') => {
                     let parse = |s: &str| humantime::parse_duration(s.trim_matches('"')).ok();
-                    parse(d).is_some() && parse(d) == parse(readme_default)
+                    match parse(d) {
+                        Some(_) => parse(d) == parse(readme_default),
+                        // A string that is no duration (the report colours).
+                        None => d.trim_matches('"') == readme_default,
+                    }
                 }
                 d if d.starts_with('[') => d == format!("[\"{readme_default}\"]"),
                 d => d == readme_default,

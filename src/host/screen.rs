@@ -33,9 +33,14 @@ use super::{scrollback, Host};
 use crate::terminal::model::{self, Frozen, Model, Reply};
 use crate::terminal::PtyProcess;
 
-/// The model moves up once the content a snapshot retains starts this many bytes past it (so
-/// a snapshot carries at most this much more raw text than `--scrollback-bytes`).
+/// The model moves up once the content a snapshot retains starts this many bytes past it, or
+/// a quarter of `--scrollback-bytes` if that is less (so a snapshot carries at most that much
+/// more raw text than `--scrollback-bytes`, while the model keeps up).
 pub const ADVANCE_BYTES: u64 = 64 * 1024;
+
+fn advance_bytes(cap: usize) -> u64 {
+    (cap as u64 / 4).clamp(1, ADVANCE_BYTES)
+}
 
 /// Text trimmed off the content that the model has not reached, above which the terminal's
 /// output waits for the model (bytes).
@@ -157,7 +162,7 @@ impl Screen {
     /// `bytes` of output text were appended to the content (`cap` is `--scrollback-bytes`).
     pub(super) fn appended(&mut self, bytes: usize, cap: usize) {
         self.tail += bytes as u64;
-        if self.tail - self.base_at >= cap as u64 + ADVANCE_BYTES {
+        if self.tail - self.base_at >= cap as u64 + advance_bytes(cap) {
             self.wake.notify_one();
         }
     }
@@ -374,7 +379,7 @@ impl Screen {
             target = target.min(q);
         }
         let advance = (target > self.base_at
-            && (target - self.base_at >= ADVANCE_BYTES
+            && (target - self.base_at >= advance_bytes(cap)
                 || !self.pending.is_empty()
                 || self.resizes.front().is_some_and(|r| r.at <= target)))
         .then_some(target);
