@@ -307,8 +307,11 @@ async fn model() {
     // first byte), the last output a full-screen program's. A second client subscribes over and
     // over; the time is from sending `subscribe` to having its whole response.
     let path = files[1].1.to_str().unwrap();
-    c.input(&t, &format!("head -c 3000000 {path}; echo snap-ready-$((40+2))\r"))
-        .await;
+    c.input(
+        &t,
+        &format!("head -c 3000000 {path}; echo snap-ready-$((40+2))\r"),
+    )
+    .await;
     c.wait_data(&t, "snap-ready-42", Duration::from_secs(600))
         .await;
     let (mut v, _) = Lean::connect_init(d.addr(), "model-viewer", None).await;
@@ -344,8 +347,11 @@ async fn model() {
         let pid = d.pid();
         let (mut c, _) = Lean::connect_init(d.addr(), "idle-model", None).await;
         let first = terminal(&mut c, "im0", true).await;
-        c.input(&first, &format!("head -c 400000 {path}; echo im-ready-$((40+2))\r"))
-            .await;
+        c.input(
+            &first,
+            &format!("head -c 400000 {path}; echo im-ready-$((40+2))\r"),
+        )
+        .await;
         c.wait_data(&first, "im-ready-42", Duration::from_secs(60))
             .await;
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -354,15 +360,19 @@ async fn model() {
         for i in 0..n {
             let t = terminal(&mut c, &format!("im{}", i + 1), true).await;
             if modelled {
-                c.input(&t, &format!("head -c 400000 {path}; echo im-ready-$((40+2))\r"))
-                    .await;
+                c.input(
+                    &t,
+                    &format!("head -c 400000 {path}; echo im-ready-$((40+2))\r"),
+                )
+                .await;
             } else {
                 c.input(&t, "echo im-ready-$((40+2))\r").await;
             }
             uris.push(t);
         }
         for t in &uris {
-            c.wait_data(t, "im-ready-42", Duration::from_secs(120)).await;
+            c.wait_data(t, "im-ready-42", Duration::from_secs(120))
+                .await;
         }
         // Idle: the models have caught up and rest in their frozen form.
         c.drain_for(Duration::from_secs(2)).await;

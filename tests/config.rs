@@ -104,7 +104,7 @@ fn flag_beats_environment_beats_file_beats_default() {
         .lines()
         .filter(|l| !l.starts_with("# ") || l.contains(" (not set)"))
         .count();
-    assert_eq!(keys, 27, "{text}");
+    assert_eq!(keys, ahpty::config::KEYS.len(), "{text}");
     // The deprecated --kill-grace-ms still works, and says where it came from.
     let out = ahpty(home.path(), &["config", "--kill-grace-ms", "1500"], &[]);
     let l = line(&stdout(&out), "kill_grace").to_string();

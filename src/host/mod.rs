@@ -446,7 +446,7 @@ impl Inner {
             let t = self.terminals.get(channel)?;
             SnapshotState::Terminal(Box::new(scrollback::with_content(
                 &t.state,
-                t.screen.snapshot_content(&t.state),
+                t.screen.snapshot_content(&t.state, self.scrollback_bytes),
             )))
         };
         Some(Snapshot {

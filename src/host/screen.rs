@@ -9,11 +9,14 @@
 //! the content a snapshot retains begins, once that is [`ADVANCE_BYTES`] ahead. Text trimmed
 //! off the content before the model has reached it is kept here until it has.
 //!
-//! A snapshot is then: a synthesized prefix (a preamble that resets the client's emulator,
-//! then the model's state at `base_at`), the text from `base_at` on, and — when the pty was
-//! resized after `base_at` — a repaint at the point of the last resize, because text written
-//! before it was laid out for another size. A terminal whose snapshot starts at the beginning
-//! of its stream (or of its last `terminal/cleared`) needs no prefix.
+//! A snapshot is then: one unclassified part, the *synthesized prefix* — a preamble that
+//! resets the client's emulator, the model's state at `base_at`, then the text from `base_at`
+//! to where the retained content begins — followed by exactly the parts a trim to
+//! `--scrollback-bytes` keeps. When the pty was resized after `base_at`, a repaint (preamble
+//! plus the model's state just after the resize) sits at the point of the last resize,
+//! because text written before it was laid out for another size. A terminal whose snapshot
+//! starts at the beginning of its stream (or of its last `terminal/cleared`) needs no prefix
+//! and gets its content as it is.
 //!
 //! Cursor position reports are answered from a model advanced to the query's point (from the
 //! latest frozen state before it, so a program that asks at every prompt costs only the text
@@ -293,27 +296,37 @@ impl Screen {
         (self.pending_bytes > MAX_PENDING_BYTES).then(|| self.caught_up.clone())
     }
 
-    /// The content of a snapshot of `state`: see the module docs.
-    pub(super) fn snapshot_content(&self, state: &TerminalState) -> Vec<TerminalContentPart> {
+    /// The content of a snapshot of `state` (`cap` is `--scrollback-bytes`): see the module
+    /// docs. The parts after the synthesized one are exactly what a trim to `cap` keeps (or
+    /// less, when the model has moved past the start of that).
+    pub(super) fn snapshot_content(
+        &self,
+        state: &TerminalState,
+        cap: usize,
+    ) -> Vec<TerminalContentPart> {
+        let (parts, cut) = scrollback::retained_start(state, cap);
+        // The synthesized part rebuilds the state at `from`, then replays the text up to
+        // `start`, where the retained parts begin.
         let from = self.base_at.max(self.floor);
-        let start = from.max(self.head);
-        let repaint = self.repaint.as_ref().filter(|(at, _)| *at >= from);
-        let mut lead = String::new();
-        if self.base_at > self.floor {
-            lead.push_str(&model::preamble(self.cols));
-            lead.push_str(self.base.client());
-        }
-        if lead.is_empty() && start == self.head && repaint.is_none() {
+        let start = self.offset_of(state, parts, cut).max(from).max(self.head);
+        if start == self.floor {
+            // Everything since the stream's start (or the last clear) is retained.
             return state.content.clone();
         }
-        let mut pending = self.copy_pending(from, self.head);
+        let mut lead = model::preamble(self.cols);
+        if self.base_at > self.floor {
+            lead.push_str(self.base.client());
+        }
+        let mut gap = self.copy_pending(from, self.head.min(start));
+        gap.push_str(&self.copy_content(state, from.max(self.head), start));
+        let repaint = self.repaint.as_ref().filter(|(at, _)| *at >= from);
         if let Some((r, text)) = repaint {
-            if *r < self.head {
-                insert_at(&mut pending, (*r - from) as usize, text);
+            if *r < start {
+                insert_at(&mut gap, (*r - from) as usize, text);
             }
         }
-        lead.push_str(&pending);
-        let mut parts = Vec::with_capacity(state.content.len() + 1);
+        lead.push_str(&gap);
+        let mut out = Vec::with_capacity(state.content.len() + 1 - parts.min(state.content.len()));
         let mut at = self.head;
         let last = state.content.len().saturating_sub(1);
         for (i, part) in state.content.iter().enumerate() {
@@ -338,32 +351,19 @@ impl Screen {
                     insert_at(&mut kept, (*r - from_here) as usize, text);
                 }
             }
-            parts.push(with_text(part, kept));
+            out.push(with_text(part, kept));
             at = end;
         }
         if let Some((r, text)) = repaint {
-            if parts.is_empty() && *r >= self.head {
+            if out.is_empty() && *r >= start {
                 lead.push_str(text);
             }
         }
-        if !lead.is_empty() {
-            match parts.first_mut() {
-                Some(TerminalContentPart::Unclassified(u)) => u.value.insert_str(0, &lead),
-                _ => parts.insert(
-                    0,
-                    TerminalContentPart::Unclassified(TerminalUnclassifiedPart { value: lead }),
-                ),
-            }
-        }
-        parts
-    }
-
-    /// Heap bytes this bookkeeping holds (frozen states and pending text).
-    #[cfg(test)]
-    fn heap_bytes(&self) -> usize {
-        self.base.heap_bytes()
-            + self.probe.as_ref().map_or(0, |(_, f)| f.heap_bytes())
-            + self.pending_bytes
+        out.insert(
+            0,
+            TerminalContentPart::Unclassified(TerminalUnclassifiedPart { value: lead }),
+        );
+        out
     }
 
     /// Takes the next job, if there is one (under the lock).
@@ -426,39 +426,49 @@ impl Screen {
     /// Publishes a job's results (under the lock). Offsets only grow, so a result computed
     /// while more output arrived is still right for the point it was computed at.
     fn publish(&mut self, done: Done, process: &PtyProcess) {
-        if let Some((at, frozen)) = done.base {
-            self.base = frozen;
-            self.base_at = at;
-            while let Some((start, text)) = self.pending.front_mut() {
-                let end = *start + text.len() as u64;
-                if end <= at {
-                    self.pending_bytes -= text.len();
-                    self.pending.pop_front();
-                } else {
-                    if *start < at {
-                        let cut = (at - *start) as usize;
-                        if text.is_char_boundary(cut) {
-                            self.pending_bytes -= cut;
-                            text.drain(..cut);
-                            *start = at;
-                        }
+        if let Some((at, frozen)) = done.base.clone() {
+            self.advance_to(at, frozen);
+        }
+        self.publish_rest(done, process);
+    }
+
+    /// Moves the model to `at`, in the state `frozen`, and lets go of what it no longer needs.
+    fn advance_to(&mut self, at: u64, frozen: Arc<Frozen>) {
+        self.base = frozen;
+        self.base_at = at;
+        while let Some((start, text)) = self.pending.front_mut() {
+            let end = *start + text.len() as u64;
+            if end <= at {
+                self.pending_bytes -= text.len();
+                self.pending.pop_front();
+            } else {
+                if *start < at {
+                    let cut = (at - *start) as usize;
+                    if text.is_char_boundary(cut) {
+                        self.pending_bytes -= cut;
+                        text.drain(..cut);
+                        *start = at;
                     }
-                    break;
                 }
-            }
-            while self.resizes.front().is_some_and(|r| r.at <= at) {
-                self.resizes.pop_front();
-            }
-            if self.probe.as_ref().is_some_and(|(p, _)| *p < at) {
-                self.probe = None;
-            }
-            if self.resizes.is_empty() {
-                self.repaint = None;
-            }
-            if self.pending_bytes <= MAX_PENDING_BYTES {
-                self.caught_up.notify_waiters();
+                break;
             }
         }
+        while self.resizes.front().is_some_and(|r| r.at <= at) {
+            self.resizes.pop_front();
+        }
+        if self.probe.as_ref().is_some_and(|(p, _)| *p < at) {
+            self.probe = None;
+        }
+        if self.resizes.is_empty() {
+            self.repaint = None;
+        }
+        if self.pending_bytes <= MAX_PENDING_BYTES {
+            self.caught_up.notify_waiters();
+        }
+    }
+
+    /// Publishes a job's repaint and cursor report.
+    fn publish_rest(&mut self, done: Done, process: &PtyProcess) {
         if let Some(repaint) = done.repaint {
             if self.resizes.back().is_some_and(|r| r.at == repaint.0) {
                 self.repaint = Some(repaint);

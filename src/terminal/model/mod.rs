@@ -469,6 +469,29 @@ mod tests {
     }
 
     #[test]
+    fn a_frozen_model_is_a_few_kib() {
+        // A full 120×40 screen of coloured text in the alternate screen, with the primary one
+        // full too: what an idle terminal keeps is the dump, not avt's grids (156 KiB).
+        let mut m = model(120, 40);
+        let mut text = String::new();
+        for screen in ["", "\x1b[?1049h"] {
+            text.push_str(screen);
+            for i in 0..40 {
+                let _ = write!(
+                    text,
+                    "\x1b[3{}m{:<119}\x1b[0m\r\n",
+                    i % 8,
+                    format!("row {i} é 日本")
+                );
+            }
+        }
+        m.feed(&text);
+        let f = m.freeze();
+        assert!(f.heap_bytes() < 48 * 1024, "{} bytes", f.heap_bytes());
+        assert!(f.client().contains("row 39"));
+    }
+
+    #[test]
     fn preamble_sets_default_tab_stops() {
         let p = preamble(20);
         assert!(p.ends_with("\x1b[9G\x1bH\x1b[17G\x1bH\x1b[H\x1b[2J"));
