@@ -20,6 +20,7 @@ use ahp_types::state::{RootState, TerminalState};
 use super::flow::Subscribers;
 use super::history::{History, HistoryImage};
 use super::pump::{self, PumpState};
+use super::screen::{self, Screen, ScreenImage};
 use super::{Host, TerminalEntry};
 use crate::config::Config;
 use crate::terminal::{self, Adopted, PtyMaster, ReaderCarry};
@@ -93,6 +94,9 @@ pub struct TerminalImage {
     pub reader: ReaderCarry,
     /// The pump's state.
     pub pump: PumpState,
+    /// The terminal model's bookkeeping (`None`: a fresh model at the retained content).
+    #[serde(default)]
+    pub screen: Option<ScreenImage>,
 }
 
 impl Host {
@@ -221,6 +225,7 @@ impl Host {
                 input,
                 reader: parked.reader,
                 pump: parked.state,
+                screen: Some(t.screen.image()),
             });
         }
         let image = HostImage {
@@ -283,6 +288,18 @@ impl Host {
                     state.exit_code = t.exit_code;
                 }
                 let wake = Arc::new(tokio::sync::Notify::new());
+                let screen = match t.screen {
+                    Some(image) => Screen::from_image(image),
+                    None => {
+                        let size =
+                            |v: Option<i64>, d| v.and_then(|v| u16::try_from(v).ok()).unwrap_or(d);
+                        let mut s = Screen::new(size(t.state.cols, 80), size(t.state.rows, 24));
+                        let bytes = t.content_bytes;
+                        s.appended(bytes, bytes);
+                        s
+                    }
+                };
+                let model_wake = screen.wake();
                 inner.terminals.insert(
                     t.uri.clone(),
                     TerminalEntry {
@@ -299,13 +316,15 @@ impl Host {
                             .and_then(|ms| now.checked_sub(Duration::from_millis(ms))),
                         created_ms: t.created_ms,
                         info_json: None,
+                        screen,
                     },
                 );
-                pumps.push((t.uri, t.id, events, wake, state));
+                pumps.push((t.uri, t.id, events, wake, state, model_wake));
             }
             inner.refresh_orphans();
         }
-        for (uri, id, events, wake, state) in pumps {
+        for (uri, id, events, wake, state, model_wake) in pumps {
+            tokio::spawn(screen::run(host.clone(), uri.clone(), id, model_wake));
             tokio::spawn(pump::resume(host.clone(), uri, id, events, wake, state));
         }
         Ok(host)
