@@ -14,6 +14,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ahp::ahp_types::commands::ReconnectResult;
+use ahp::ahp_types::state::TerminalContentPart;
+use ahpty::terminal::model::{Frozen, Model};
 use common::*;
 use resume_support::*;
 use serde_json::{json, Value};
@@ -437,4 +439,67 @@ async fn a_new_image_that_crashes_before_taking_over_hands_back_to_the_old_one()
     assert_eq!(shell_pid(&mut r, &t).await, pid);
     assert_eq!(ppid(pid), d.pid() as i32);
     assert!(d.stderr().contains("the previous version serves again"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trimmed_terminal_snapshots_the_same_screen_after_an_upgrade() {
+    let install = Install::new();
+    let home = tempfile::tempdir().expect("tempdir");
+    let cmd = daemon_command_of(
+        &install.exe(),
+        home.path(),
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--shell",
+            "/bin/bash",
+            "--no-auth",
+            "--scrollback-bytes",
+            "4096",
+        ],
+    );
+    let d = Daemon::start_command(home, cmd);
+    let (mut a, _) = Raw::connect_init(&d.url(), "screen-a", &[ROOT]).await;
+    let t = term_uri("screen");
+    raw_create(&mut a, &t, client_claim("screen-a")).await;
+    raw_subscribe(&mut a, &t).await;
+    a.ready(&t).await;
+    // A top line drawn once, then far more than the scrollback inside a scroll region below
+    // it: the line's bytes are trimmed long before it leaves the screen, so only the terminal
+    // model (carried across the upgrade) still knows it.
+    a.type_text(
+        &t,
+        "printf '\\e[2J\\e[HTOP-MARK\\e[5;20r\\e[5;1H'; for i in $(seq 1 3000); do \
+         printf '\\e[3%dmline %d\\e[0m\\n' $((i%7)) $i; done; printf '\\e[r\\e[22;1H'; \
+         echo FIN-$((2+3)); exec sleep 600\r",
+    )
+    .await;
+    // No prompt follows (the shell became `sleep`): the screen is final.
+    a.wait_data(&t, "FIN-5", SHELL_TIMEOUT).await;
+    let before = terminal_of(&raw_subscribe(&mut a, &t).await.1);
+    let out = upgrade(d.home()).await;
+    assert_eq!(out.code, Some(0), "{out:?}\n{}", d.stderr());
+    let (mut b, _) = Raw::connect_init(&d.url(), "screen-b", &[]).await;
+    let after = terminal_of(&raw_subscribe(&mut b, &t).await.1);
+    // The same screen, as a client's emulator draws it.
+    let draw = |state: &ahp::ahp_types::state::TerminalState| {
+        let mut m = Model::thaw(&Frozen::fresh(80, 24));
+        m.feed(&content_text(state));
+        m.freeze().client().to_string()
+    };
+    let (was, is) = (draw(&before), draw(&after));
+    // The output was trimmed: the snapshot starts with the model's synthesized screen.
+    let first = |state: &ahp::ahp_types::state::TerminalState| match state.content.first() {
+        Some(TerminalContentPart::Unclassified(u)) => u.value.starts_with("\x1b[?1049l"),
+        _ => false,
+    };
+    assert!(
+        first(&before) && first(&after),
+        "no synthesized screen: nothing trimmed"
+    );
+    assert!(
+        was.contains("TOP-MARK"),
+        "not on the screen before: {was:?}"
+    );
+    assert_eq!(is, was, "the screen changed across the upgrade");
 }
