@@ -104,7 +104,7 @@ fn flag_beats_environment_beats_file_beats_default() {
         .lines()
         .filter(|l| !l.starts_with("# ") || l.contains(" (not set)"))
         .count();
-    assert_eq!(keys, 27, "{text}");
+    assert_eq!(keys, 31, "{text}");
     // The deprecated --kill-grace-ms still works, and says where it came from.
     let out = ahpty(home.path(), &["config", "--kill-grace-ms", "1500"], &[]);
     let l = line(&stdout(&out), "kill_grace").to_string();
@@ -369,7 +369,7 @@ fn the_readme_options_table_matches_the_defaults() {
             let ok = match default.as_str() {
                 "" | "[]" => {
                     readme_default == "—"
-                        || ["shell", "socket", "agent_env"].contains(&key.as_str())
+                        || ["shell", "socket", "agent_env", "state_dir"].contains(&key.as_str())
                 }
                 "false" => readme_default == "off",
                 d if d.starts_with('"') => {

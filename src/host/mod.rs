@@ -153,7 +153,16 @@ impl Host {
     /// every value an earlier process of that store handed out.
     pub fn with_store(config: &Config, opened: Option<crate::store::Opened>) -> Arc<Host> {
         let (store, restored, base) = match opened {
-            Some(o) => (Some(o.store), o.restored, o.seq_base),
+            Some(o) => {
+                tracing::info!(
+                    "transcripts in {}: {} terminals restored ({} KiB, read in {} ms)",
+                    o.store.dir().display(),
+                    o.restored.len(),
+                    o.bytes / 1024,
+                    o.took.as_millis()
+                );
+                (Some(o.store), o.restored, o.seq_base)
+            }
             None => (None, Vec::new(), crate::store::clock_seq_base()),
         };
         let flow = flow::Flow::new(config);

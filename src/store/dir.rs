@@ -42,6 +42,10 @@ pub struct Opened {
     /// The first `serverSeq` this process may use (above every value an earlier process with
     /// this directory handed out, and at least [`clock_seq_base`]).
     pub seq_base: u64,
+    /// Bytes of the transcripts read back.
+    pub bytes: u64,
+    /// How long opening took (reading the transcripts, mostly).
+    pub took: std::time::Duration,
 }
 
 /// One terminal read back from its transcript.
@@ -110,13 +114,6 @@ pub fn open(p: &Persist) -> io::Result<Option<Opened>> {
     let thread = std::thread::Builder::new()
         .name("ahpty-store".into())
         .spawn(move || writer.run())?;
-    tracing::info!(
-        "transcripts in {}: {} terminals restored ({} KiB) in {} ms",
-        dir.display(),
-        restored.len(),
-        bytes / 1024,
-        started.elapsed().as_millis()
-    );
     Ok(Some(Opened {
         store: Arc::new(Store {
             shared,
@@ -126,6 +123,8 @@ pub fn open(p: &Persist) -> io::Result<Option<Opened>> {
         }),
         restored,
         seq_base,
+        bytes,
+        took: started.elapsed(),
     }))
 }
 
