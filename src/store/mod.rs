@@ -380,3 +380,244 @@ impl Drop for Store {
         self.shared.wake.notify_one();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Persist;
+    use ahp_types::actions::{ActionEnvelope, StateAction, TerminalDataAction};
+    use ahp_types::state::{
+        TerminalClaim, TerminalClientClaim, TerminalContentPart, TerminalLifecycleState,
+        TerminalRunningLifecycleState, TerminalState,
+    };
+
+    fn settings(dir: &Path, max_bytes: u64) -> Persist {
+        Persist {
+            dir: dir.to_path_buf(),
+            explicit: true,
+            max_bytes,
+            max_age: None,
+        }
+    }
+
+    fn meta(uri: &str) -> Meta {
+        Meta {
+            uri: uri.into(),
+            created_at_ms: 1,
+            holder: "c".into(),
+            renamed_by_client: false,
+            state: TerminalState {
+                title: "sh".into(),
+                cwd: None,
+                cols: Some(80),
+                rows: Some(24),
+                content: Vec::new(),
+                lifecycle: TerminalLifecycleState::Running(TerminalRunningLifecycleState {}),
+                claim: TerminalClaim::Client(TerminalClientClaim {
+                    client_id: "c".into(),
+                }),
+                supports_command_detection: None,
+                is_pty: Some(true),
+            },
+        }
+    }
+
+    /// A `terminal/data` envelope as the host would hand it: inside a larger frame.
+    fn data(uri: &str, text: &str) -> Payload {
+        let envelope = serde_json::to_string(&ActionEnvelope {
+            channel: uri.into(),
+            action: StateAction::TerminalData(TerminalDataAction { data: text.into() }),
+            server_seq: 7,
+            origin: None,
+            rejection_reason: None,
+        })
+        .unwrap();
+        let frame = format!("[{envelope}]");
+        Payload::new(Bytes::from(frame), 1..1 + envelope.len()).unwrap()
+    }
+
+    fn text_of(state: &TerminalState) -> String {
+        state
+            .content
+            .iter()
+            .map(|p| match p {
+                TerminalContentPart::Unclassified(u) => u.value.clone(),
+                _ => String::new(),
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn what_is_written_comes_back_and_the_directory_has_one_owner() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = settings(dir.path(), 1 << 30);
+        let clock = clock_seq_base();
+        let first = open(&p).unwrap().unwrap();
+        assert!(first.restored.is_empty());
+        assert!(first.seq_base >= clock);
+        let second = open(&p).map(|_| ()).unwrap_err().to_string();
+        assert!(
+            second.contains(&format!("another ahpty (pid {})", std::process::id()))
+                && second.contains("--state-dir"),
+            "{second}"
+        );
+        let (a, b) = (Key::new(), Key::new());
+        let store = &first.store;
+        assert!(store.checkpoint(&a, 100, || meta("t:/a")));
+        assert!(store.checkpoint(&b, 100, || meta("t:/b")));
+        for i in 0..3 {
+            assert!(store.append(&a, data("t:/a", &format!("a{i} ")), false));
+        }
+        assert!(store.owner(
+            &a,
+            Owner {
+                holder: "d".into(),
+                renamed_by_client: true
+            }
+        ));
+        assert!(store.append(&b, data("t:/b", "b0"), false));
+        // Deleted before the removal is acknowledged.
+        assert!(store.remove(&b).wait(Duration::from_secs(10)).await);
+        assert!(!dir.path().join("terminals").join(b.file_name()).exists());
+        store.reserve_seq(first.seq_base + 3 * SEQ_MARGIN);
+        let mark = first.seq_base + 3 * SEQ_MARGIN;
+        first.store.close(Duration::from_secs(10));
+        drop(first);
+
+        let again = open(&p).unwrap().unwrap();
+        assert!(again.seq_base >= mark, "{} < {mark}", again.seq_base);
+        assert_eq!(again.restored.len(), 1);
+        let r = &again.restored[0];
+        assert_eq!(r.key, a);
+        assert_eq!(r.meta.uri, "t:/a");
+        assert_eq!(r.meta.holder, "d");
+        assert!(r.meta.renamed_by_client);
+        assert_eq!(text_of(&r.meta.state), "a0 a1 a2 ");
+        // Later records append to the restored file.
+        assert!(again.store.append(&a, data("t:/a", "more"), true));
+        assert!(again.store.flush(Duration::from_secs(10)));
+        let bytes = std::fs::read(dir.path().join("terminals").join(a.file_name())).unwrap();
+        let (t, damage) = format::decode(&bytes);
+        assert!(damage.is_none());
+        assert_eq!(text_of(&t.unwrap().meta.state), "a0 a1 a2 more");
+    }
+
+    #[tokio::test]
+    async fn over_the_byte_budget_exited_terminals_go_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let opened = open(&settings(dir.path(), 8 * 1024)).unwrap().unwrap();
+        let store = &opened.store;
+        let (done, running) = (Key::new(), Key::new());
+        assert!(store.checkpoint(&done, 100, || meta("t:/done")));
+        assert!(store.checkpoint(&running, 100, || meta("t:/running")));
+        let line = "x".repeat(1000);
+        for _ in 0..3 {
+            assert!(store.append(&done, data("t:/done", &line), false));
+        }
+        assert!(store.append(&done, data("t:/done", ""), true));
+        assert!(store.flush(Duration::from_secs(10)));
+        for _ in 0..6 {
+            assert!(store.append(&running, data("t:/running", &line), false));
+        }
+        assert!(store.flush(Duration::from_secs(10)));
+        let path = |k: &Key| dir.path().join("terminals").join(k.file_name());
+        assert!(
+            !path(&done).exists(),
+            "the exited terminal's transcript is deleted"
+        );
+        assert!(path(&running).exists());
+        // Nothing more is written for an evicted terminal.
+        assert!(store.append(&done, data("t:/done", "late"), false));
+        assert!(store.flush(Duration::from_secs(10)));
+        assert!(!path(&done).exists());
+    }
+
+    #[tokio::test]
+    async fn at_start_old_and_surplus_transcripts_are_deleted() {
+        let dir = tempfile::tempdir().unwrap();
+        let opened = open(&settings(dir.path(), 1 << 30)).unwrap().unwrap();
+        let keys: Vec<Key> = (0..3).map(|_| Key::new()).collect();
+        for (i, k) in keys.iter().enumerate() {
+            let uri = format!("t:/{i}");
+            assert!(opened.store.checkpoint(k, 100, || meta(&uri)));
+            assert!(opened.store.append(k, data(&uri, &"y".repeat(2000)), false));
+        }
+        opened.store.close(Duration::from_secs(10));
+        drop(opened);
+        let path = |k: &Key| dir.path().join("terminals").join(k.file_name());
+        let set_age = |k: &Key, secs: u64| {
+            let f = std::fs::File::options().write(true).open(path(k)).unwrap();
+            f.set_modified(SystemTime::now() - Duration::from_secs(secs))
+                .unwrap();
+        };
+        set_age(&keys[0], 30 * 24 * 3600);
+        set_age(&keys[1], 60);
+        set_age(&keys[2], 10);
+        let len = std::fs::metadata(path(&keys[2])).unwrap().len();
+        let p = Persist {
+            max_age: Some(Duration::from_secs(7 * 24 * 3600)),
+            max_bytes: len + 10,
+            ..settings(dir.path(), 0)
+        };
+        let opened = open(&p).unwrap().unwrap();
+        let uris: Vec<&str> = opened
+            .restored
+            .iter()
+            .map(|r| r.meta.uri.as_str())
+            .collect();
+        assert_eq!(
+            uris,
+            ["t:/2"],
+            "too old: t:/0; over the budget: t:/1 (older)"
+        );
+        assert!(!path(&keys[0]).exists() && !path(&keys[1]).exists());
+    }
+
+    /// The queue never blocks and never leaves a gap: once a terminal's record is dropped,
+    /// its later ones are refused until a checkpoint is queued.
+    #[test]
+    fn a_full_queue_drops_until_a_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let shared = Arc::new(Shared {
+            queue: Mutex::new(Queue::default()),
+            wake: Condvar::new(),
+            lost_wake: tokio::sync::Notify::new(),
+        });
+        // No writer thread: nothing drains.
+        let store = Store {
+            shared,
+            dir: dir.path().to_path_buf(),
+            thread: Mutex::new(None),
+            lock: std::fs::File::open(dir.path()).unwrap(),
+        };
+        let (a, b) = (Key::new(), Key::new());
+        let big = "z".repeat(1024 * 1024);
+        let mut accepted = 0;
+        while store.append(&a, data("t:/a", &big), false) {
+            accepted += 1;
+            assert!(accepted <= MAX_QUEUE_BYTES / big.len());
+        }
+        assert!(accepted >= MAX_QUEUE_BYTES / big.len() - 1);
+        // Refused from now on, even a small one that would fit.
+        assert!(!store.append(&a, data("t:/a", "x"), false));
+        // Another terminal's small record still fits; a checkpoint does not, and costs nothing.
+        assert!(store.append(&b, data("t:/b", "x"), false));
+        let mut built = false;
+        assert!(!store.checkpoint(&a, 2 * 1024 * 1024, || {
+            built = true;
+            meta("t:/a")
+        }));
+        assert!(!built);
+        assert!(store.shared.lock().lost.contains(&a));
+        // Once there is room, the checkpoint clears the mark and records flow again.
+        {
+            let mut q = store.shared.lock();
+            q.ops.clear();
+            q.bytes = 0;
+        }
+        assert!(!store.append(&a, data("t:/a", "x"), false));
+        assert!(store.checkpoint(&a, 100, || meta("t:/a")));
+        assert!(!store.shared.lock().lost.contains(&a));
+        assert!(store.append(&a, data("t:/a", "x"), false));
+    }
+}
