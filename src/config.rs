@@ -391,8 +391,9 @@ settings! {
     /// Most bytes of transcripts on disk (at least 1 MiB): past it the transcripts of exited
     /// terminals are deleted, least recently written first; running terminals keep theirs.
     persist_max_bytes: usize = DEFAULT_PERSIST_MAX_BYTES, limit |v| at_least(*v, MIN_PERSIST_BYTES);
-    /// Delete, at start, the transcripts nothing was written to for this long (e.g. 7d, 12h);
-    /// 0 keeps them whatever their age.
+    /// Delete the transcripts nothing was written to for this long (e.g. 7d, 12h): at start,
+    /// and while running those of exited terminals (checked every minute); 0 keeps them
+    /// whatever their age.
     persist_max_age: Duration = DEFAULT_PERSIST_MAX_AGE, limit any;
     /// Time between SIGHUP and SIGKILL when a terminal is disposed (e.g. 500ms, 2s).
     kill_grace: Duration = DEFAULT_KILL_GRACE, limit any;
@@ -1384,7 +1385,8 @@ pub struct Persist {
     pub explicit: bool,
     /// Most bytes of transcripts on disk.
     pub max_bytes: u64,
-    /// Transcripts untouched this long are deleted at start; `None`: no age limit.
+    /// Transcripts untouched this long are deleted at start, and exited terminals' while
+    /// running; `None`: no age limit.
     pub max_age: Option<Duration>,
 }
 

@@ -514,3 +514,92 @@ async fn a_second_daemon_on_the_same_state_directory_is_refused() {
     );
     stop(d);
 }
+
+/// The `.log` files under `dir/terminals`.
+fn logs_in(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir.join("terminals"))
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    v.retain(|p| p.extension().is_some_and(|e| e == "log"));
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_transcript_stays_within_its_bound_and_the_whole_state_comes_back() {
+    let home = tempfile::tempdir().unwrap();
+    let home = home.path();
+    let state = tempfile::tempdir().unwrap();
+    let dir = state.path().join("state");
+    let cap = 8192;
+    let cap_arg = cap.to_string();
+    let args = [
+        "--state-dir",
+        dir.to_str().unwrap(),
+        "--scrollback-bytes",
+        &cap_arg,
+    ];
+    let d = start(home, &args);
+    let (mut c, _) = Raw::connect_init(&d.url(), "bound", &[]).await;
+    let t = term_uri("bound");
+    let claim = json!({"kind": "client", "clientId": c.client_id});
+    let cwd = home.to_str().unwrap();
+    let r = c
+        .request(
+            "createTerminal",
+            json!({"channel": t, "claim": claim, "cwd": cwd}),
+        )
+        .await;
+    assert!(r.get("error").is_none(), "{r}");
+    subscribe(&mut c, &t).await;
+    c.dispatch(
+        &t,
+        json!({"type": "terminal/titleChanged", "title": "renamed"}),
+    )
+    .await;
+    c.dispatch(
+        &t,
+        json!({"type": "terminal/resized", "cols": 100, "rows": 30}),
+    )
+    .await;
+    // About 700 KB of output, then the shell exits with status 3.
+    c.type_text(
+        &t,
+        "i=0; while [ $i -lt 10000 ]; do i=$((i+1)); echo \"line $i of a long build log, padded \
+         to about seventy bytes\"; done; exit 3\r",
+    )
+    .await;
+    c.wait_envelope("the exit", SHELL_TIMEOUT * 4, |e| {
+        e["channel"] == t.as_str() && e["action"]["type"] == "terminal/exited"
+    })
+    .await;
+    let output = c.data(&t).len();
+    assert!(output > 600_000, "only {output} bytes of output");
+    let before = subscribe(&mut c, &t).await["state"].clone();
+    assert_eq!(before["lifecycle"]["exitCode"], 3, "{before}");
+    assert_eq!(before["title"], "renamed");
+    drop(c);
+    stop(d);
+
+    // Checkpoint (≤ the scrollback, as JSON: `\r\n` takes 4 characters) + records until the
+    // next one is due + one envelope (≤ 64 KiB).
+    let files = logs_in(&dir);
+    assert_eq!(files.len(), 1, "{files:?}");
+    let len = std::fs::metadata(&files[0]).unwrap().len() as usize;
+    let bound = 2 * cap + 4096 + ahpty::host::compact_after(cap) + 64 * 1024;
+    eprintln!("{output} bytes of output, a transcript of {len} bytes (bound {bound})");
+    assert!(len <= bound, "transcript of {len} bytes, bound {bound}");
+    assert!(
+        !home.join(".state").exists(),
+        "--state-dir was not used alone"
+    );
+
+    let d = start(home, &args);
+    let (mut c, init) = Raw::connect_init(&d.url(), "bound", &[ROOT]).await;
+    let row = root_row(&init, &t).expect("restored");
+    assert_eq!(row["lifecycle"]["exitCode"], 3, "{row}");
+    let after = subscribe(&mut c, &t).await["state"].clone();
+    assert_eq!(after, before, "the restored state differs");
+    assert!(text_of(&after).contains("line 10000 of"));
+    drop(c);
+    stop(d);
+}

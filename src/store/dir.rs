@@ -110,7 +110,14 @@ pub fn open(p: &Persist) -> io::Result<Option<Opened>> {
         wake: Condvar::new(),
         lost_wake: tokio::sync::Notify::new(),
     });
-    let writer = Writer::new(shared.clone(), dir.clone(), existing, p.max_bytes, mark);
+    let writer = Writer::new(
+        shared.clone(),
+        dir.clone(),
+        existing,
+        p.max_bytes,
+        p.max_age,
+        mark,
+    );
     let thread = std::thread::Builder::new()
         .name("ahpty-store".into())
         .spawn(move || writer.run())?;

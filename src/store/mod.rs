@@ -305,8 +305,8 @@ impl Store {
         self.shared.lock().lost.remove(key);
     }
 
-    /// Blocks until everything queued so far is written and synced (at most `timeout`);
-    /// `false` on timeout.
+    /// Blocks until everything queued so far is written and synced, and the byte and age
+    /// bounds are applied (at most `timeout`); `false` on timeout.
     pub fn flush(&self, timeout: Duration) -> bool {
         let (tx, rx) = std::sync::mpsc::channel();
         {
@@ -530,6 +530,41 @@ mod tests {
         assert!(store.append(&done, data("t:/done", "late"), false));
         assert!(store.flush(Duration::from_secs(10)));
         assert!(!path(&done).exists());
+    }
+
+    /// While running, transcripts of exited terminals past `persist_max_age` are deleted;
+    /// those of running terminals stay, however old.
+    #[tokio::test]
+    async fn while_running_old_transcripts_of_exited_terminals_are_deleted() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = Persist {
+            max_age: Some(Duration::from_millis(400)),
+            ..settings(dir.path(), 1 << 30)
+        };
+        let opened = open(&p).unwrap().unwrap();
+        let store = &opened.store;
+        let (done, running) = (Key::new(), Key::new());
+        assert!(store.checkpoint(&done, 100, || meta("t:/done")));
+        assert!(store.checkpoint(&running, 100, || meta("t:/running")));
+        assert!(store.append(&done, data("t:/done", "bye"), true));
+        assert!(store.append(&running, data("t:/running", "hi"), false));
+        assert!(store.flush(Duration::from_secs(10)));
+        let path = |k: &Key| dir.path().join("terminals").join(k.file_name());
+        assert!(path(&done).exists() && path(&running).exists());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while path(&done).exists() {
+            assert!(
+                Instant::now() < deadline,
+                "the old transcript was not deleted"
+            );
+            // Wakes the writer (a flush waits for one round of its loop).
+            store.flush(Duration::from_secs(10));
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(
+            path(&running).exists(),
+            "a running terminal's transcript was deleted"
+        );
     }
 
     #[tokio::test]

@@ -3,7 +3,8 @@
 //! `fdatasync`, `rename`), deletes disposed terminals' files before their removal is
 //! acknowledged, syncs written files every [`SYNC_EVERY`], raises the `serverSeq`
 //! high-water mark, and keeps the total under `persist_max_bytes` by deleting the files of
-//! exited terminals, least recently written first.
+//! exited terminals, least recently written first, and deletes those of exited terminals not
+//! written to for `persist_max_age` (checked every [`AGE_CHECK_EVERY`]).
 //!
 //! Its per-file state is a cache of the directory (open descriptor, length): nothing it knows
 //! is missing from the files themselves.
@@ -23,6 +24,14 @@ use super::{dir, Key, Op, Shared, BATCH, EARLY_BYTES, SYNC_EVERY};
 
 /// How often, at most, the same kind of warning is logged.
 const WARN_EVERY: Duration = Duration::from_secs(60);
+
+/// How often the writer looks for transcripts of exited terminals older than
+/// `persist_max_age` (or every half of that age, if shorter).
+pub(super) const AGE_CHECK_EVERY: Duration = Duration::from_secs(60);
+
+fn age_check_every(age: Duration) -> Duration {
+    AGE_CHECK_EVERY.min(age / 2).max(Duration::from_millis(10))
+}
 
 /// A transcript found at start.
 pub(super) struct Existing {
@@ -56,6 +65,8 @@ pub(super) struct Writer {
     files: HashMap<Key, Transcript>,
     total: u64,
     max_bytes: u64,
+    max_age: Option<Duration>,
+    next_age_check: Option<Instant>,
     seq_written: u64,
     unsynced: HashSet<Key>,
     dir_unsynced: bool,
@@ -75,6 +86,7 @@ impl Writer {
         state_dir: PathBuf,
         existing: Vec<Existing>,
         max_bytes: u64,
+        max_age: Option<Duration>,
         seq_written: u64,
     ) -> Writer {
         let terminals = state_dir.join(dir::TERMINALS);
@@ -100,6 +112,8 @@ impl Writer {
             files,
             total,
             max_bytes,
+            max_age,
+            next_age_check: max_age.map(|a| Instant::now() + age_check_every(a)),
             seq_written,
             unsynced: HashSet::new(),
             dir_unsynced: false,
@@ -125,6 +139,9 @@ impl Writer {
                 self.seq_written = batch.seq;
             }
             self.apply(batch.ops);
+            // Bounds first, so that a flush answered below has them applied.
+            self.enforce_budget();
+            self.enforce_age();
             let due = self.next_sync.is_some_and(|t| Instant::now() >= t);
             if due || batch.closing || !batch.flushes.is_empty() {
                 self.sync();
@@ -132,7 +149,6 @@ impl Writer {
             for f in batch.flushes {
                 let _ = f.send(());
             }
-            self.enforce_budget();
             self.report_lost();
             if batch.closing {
                 return;
@@ -156,7 +172,7 @@ impl Writer {
             }
             let lost_due = (!q.lost.is_empty() || !self.newly_lost.is_empty())
                 .then(|| self.lost_noticed.map_or(now, |t| t + SYNC_EVERY));
-            let deadline = [batch_due, self.next_sync, lost_due]
+            let deadline = [batch_due, self.next_sync, lost_due, self.next_age_check]
                 .into_iter()
                 .flatten()
                 .min();
@@ -434,6 +450,39 @@ impl Writer {
                  persist_max_bytes ({} bytes): they are kept",
                 self.total,
                 self.max_bytes
+            );
+        }
+    }
+
+    /// Every [`AGE_CHECK_EVERY`] (or half the age, if shorter): deletes the files of exited (and restored) terminals not
+    /// written to for `persist_max_age`, as a start would. They stay listed until disposed.
+    fn enforce_age(&mut self) {
+        let (Some(age), Some(due)) = (self.max_age, self.next_age_check) else {
+            return;
+        };
+        if Instant::now() < due {
+            return;
+        }
+        self.next_age_check = Some(Instant::now() + age_check_every(age));
+        let now = SystemTime::now();
+        let old: Vec<Key> = self
+            .files
+            .iter()
+            .filter(|(_, t)| {
+                t.exited && !t.evicted && now.duration_since(t.written_at).is_ok_and(|d| d > age)
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in &old {
+            self.delete(key, false);
+        }
+        if !old.is_empty() {
+            tracing::info!(
+                "deleted the transcripts of {} exited terminals not written to for \
+                 persist_max_age ({} s); they stay listed until disposed but will not come \
+                 back after a restart",
+                old.len(),
+                age.as_secs()
             );
         }
     }
