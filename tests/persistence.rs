@@ -40,8 +40,14 @@ fn state_dir(home: &Path) -> PathBuf {
     home.join(".state").join("ahpty")
 }
 
+/// The transcripts under `home`'s default state directory.
 fn transcripts(home: &Path) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(state_dir(home).join("terminals"))
+    logs_in(&state_dir(home))
+}
+
+/// The `.log` files under `dir/terminals`.
+fn logs_in(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir.join("terminals"))
         .map(|d| d.flatten().map(|e| e.path()).collect())
         .unwrap_or_default();
     v.retain(|p| p.extension().is_some_and(|e| e == "log"));
@@ -214,6 +220,18 @@ async fn a_crash_keeps_what_clients_received_up_to_the_loss_bound() {
     );
 
     let mut d2 = start(home, &[]);
+    // The previous process's client resuming: not known here, so -32008 (fall back to
+    // initialize); its cursor counts the old process's sequence.
+    let mut again = Raw::connect(&d2.url()).await;
+    let resp = again
+        .request(
+            "reconnect",
+            json!({"channel": ROOT, "clientId": c.client_id, "lastSeenServerSeq": seen,
+                   "subscriptions": [ROOT, t]}),
+        )
+        .await;
+    assert_eq!(Raw::code(&resp), Some(-32008), "{resp}");
+    drop(again);
     let (mut c2, init2) = Raw::connect_init(&d2.url(), "crash", &[ROOT]).await;
     let seq2 = init2["serverSeq"].as_u64().unwrap();
     assert!(seq2 > seen, "restarted serverSeq {seq2} not above {seen}");
@@ -513,15 +531,6 @@ async fn a_second_daemon_on_the_same_state_directory_is_refused() {
         "{err}"
     );
     stop(d);
-}
-
-/// The `.log` files under `dir/terminals`.
-fn logs_in(dir: &Path) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir.join("terminals"))
-        .map(|d| d.flatten().map(|e| e.path()).collect())
-        .unwrap_or_default();
-    v.retain(|p| p.extension().is_some_and(|e| e == "log"));
-    v
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
