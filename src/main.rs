@@ -135,6 +135,14 @@ struct ServeArgs {
     scrollback_bytes: Option<usize>,
     #[arg(long, value_name = "BYTES", help = help("history_bytes"), value_parser = parse_flag::<usize>)]
     history_bytes: Option<usize>,
+    #[arg(long, value_name = "DIR", conflicts_with = "no_persist", help = help("state_dir"))]
+    state_dir: Option<PathBuf>,
+    #[arg(long, help = help("no_persist"))]
+    no_persist: bool,
+    #[arg(long, value_name = "BYTES", help = help("persist_max_bytes"), value_parser = parse_flag::<usize>)]
+    persist_max_bytes: Option<usize>,
+    #[arg(long, value_name = "DURATION", help = help("persist_max_age"), value_parser = parse_flag::<Duration>)]
+    persist_max_age: Option<Duration>,
     #[arg(long, value_name = "DURATION", help = help("kill_grace"), value_parser = parse_flag::<Duration>)]
     kill_grace: Option<Duration>,
     /// Deprecated spelling of --kill-grace, in milliseconds.
@@ -221,6 +229,10 @@ impl ServeArgs {
             no_agent_env,
             scrollback_bytes,
             history_bytes,
+            state_dir,
+            no_persist,
+            persist_max_bytes,
+            persist_max_age,
             kill_grace,
             orphan_grace,
             stall_timeout,
@@ -488,10 +500,18 @@ fn serve(
             };
         let server = match inherited {
             Some(inherited) => {
+                // The transcripts go on in the same files (the old image's lock ended with it).
+                let store = match config.persist.as_ref().map(ahpty::store::open).transpose() {
+                    Ok(s) => s.flatten(),
+                    Err(e) => {
+                        inherited.abandon(&e.to_string());
+                        return Err(e);
+                    }
+                };
                 // The commit point: from here on the old image is gone for good.
                 let (handover, mut fds, failed) = inherited.commit();
                 let adoption = ahpty::upgrade::Adoption::of(&handover);
-                let host = ahpty::host::Host::resume(&config, handover.host, &mut fds)?;
+                let host = ahpty::host::Host::resume(&config, handover.host, &mut fds, store)?;
                 let server = ahpty::Server::adopt(&config, handover.server, &mut fds, host)?;
                 upgrader.report_adopted(&adoption, failed, server.host().terminal_count());
                 server
@@ -607,6 +627,13 @@ fn print_config(args: &ServeArgs, env_token: bool) -> ExitCode {
         out.push_str(&format!(
             "# shell: {} ($SHELL, else /bin/bash, else /bin/sh)\n",
             config::Config::default_shell().display()
+        ));
+    }
+    if loaded.settings.state_dir.value.is_none() && !loaded.settings.no_persist.value {
+        let dir = config::default_state_dir(&|k| std::env::var_os(k));
+        out.push_str(&format!(
+            "# state_dir: {} ($XDG_STATE_HOME/ahpty, else ~/.local/state/ahpty)\n",
+            dir.map_or_else(|| "none".into(), |d| d.display().to_string())
         ));
     }
     out.push_str(&format!("# auth: {auth}\n"));

@@ -21,7 +21,7 @@ use super::flow::Subscribers;
 use super::history::{History, HistoryImage};
 use super::pump::{self, PumpState};
 use super::screen::{self, Screen, ScreenImage};
-use super::{Host, TerminalEntry};
+use super::{persist, Host, TerminalEntry};
 use crate::config::Config;
 use crate::terminal::{self, Adopted, PtyMaster, ReaderCarry};
 
@@ -78,10 +78,12 @@ pub struct TerminalImage {
     pub orphaned_for_ms: Option<u64>,
     /// Creation time, Unix milliseconds.
     pub created_ms: i64,
-    /// The program's pid.
-    pub pid: i32,
+    /// The program's pid (`None`: a terminal restored from its transcript, with no process).
+    #[serde(default)]
+    pub pid: Option<i32>,
     /// Index of its pty master in the hand-over's descriptor list.
-    pub pty: usize,
+    #[serde(default)]
+    pub pty: Option<usize>,
     /// The old image had reaped the process (its code is `exit_code`).
     #[serde(default)]
     pub reaped: bool,
@@ -97,6 +99,9 @@ pub struct TerminalImage {
     /// The terminal model's bookkeeping (`None`: a fresh model at the retained content).
     #[serde(default)]
     pub screen: Option<ScreenImage>,
+    /// Its transcript in the state directory: `(key, bytes since the last checkpoint)`.
+    #[serde(default)]
+    pub transcript: Option<(String, usize)>,
 }
 
 impl Host {
@@ -145,7 +150,7 @@ impl Host {
             inner
                 .terminals
                 .values()
-                .map(|t| (t.id, t.process.clone(), t.subscribers.wake.clone()))
+                .filter_map(|t| Some((t.id, t.process.clone()?, t.subscribers.wake.clone())))
                 .collect()
         };
         let mut io_state = HashMap::new();
@@ -184,6 +189,15 @@ impl Host {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
         let _ = tokio::task::spawn_blocking(terminal::process::freeze_reaping).await;
+        // Everything recorded so far reaches the transcripts (the new image appends to them).
+        let store = self.lock().store.clone();
+        if let Some(store) = store {
+            let flushed =
+                tokio::task::spawn_blocking(move || store.flush(Duration::from_secs(2))).await;
+            if !matches!(flushed, Ok(true)) {
+                tracing::warn!("the transcripts were not flushed within 2 s");
+            }
+        }
         let mut inner = self.lock();
         let mut fds = Vec::new();
         let mut terminals = Vec::new();
@@ -194,8 +208,12 @@ impl Host {
             .map(|(uri, t)| (uri.clone(), t.id))
             .collect();
         for (uri, id) in entries {
-            let Some((fd, input)) = io_state.remove(&id) else {
-                continue;
+            let (pty, input) = match io_state.remove(&id) {
+                Some((fd, input)) => {
+                    fds.push(fd);
+                    (Some(fds.len() - 1), input)
+                }
+                None => (None, Vec::new()),
             };
             let parked = inner.parked.remove(&id).unwrap_or(pump::Parked {
                 reader: ReaderCarry::default(),
@@ -204,8 +222,12 @@ impl Host {
             let Some(t) = inner.terminals.get(&uri) else {
                 continue;
             };
-            let exit = t.process.exit_status();
-            fds.push(fd);
+            let (pid, exit) = match (&t.process, pty) {
+                (Some(p), Some(_)) => (Some(p.pid()), p.exit_status()),
+                // Restored (no process), or its pty could not be handed over.
+                (Some(_), None) => continue,
+                (None, _) => (None, None),
+            };
             terminals.push(TerminalImage {
                 uri,
                 id,
@@ -218,14 +240,15 @@ impl Host {
                     .orphaned_since
                     .map(|at| now.duration_since(at).as_millis() as u64),
                 created_ms: t.created_ms,
-                pid: t.process.pid(),
-                pty: fds.len() - 1,
+                pid,
+                pty,
                 reaped: exit.is_some(),
                 exit_code: exit.flatten(),
                 input,
                 reader: parked.reader,
                 pump: parked.state,
                 screen: Some(t.screen.image()),
+                transcript: t.transcript.as_ref().map(|tr| tr.image()),
             });
         }
         let image = HostImage {
@@ -251,8 +274,14 @@ impl Host {
         config: &Config,
         image: HostImage,
         fds: &mut [Option<OwnedFd>],
+        store: Option<crate::store::Opened>,
     ) -> io::Result<Arc<Host>> {
-        let mut host = Host::new(config);
+        // The hand-over, not the transcripts, says which terminals exist: it has them all, live.
+        let store = store.map(|mut o| {
+            o.restored.clear();
+            o
+        });
+        let mut host = Host::with_store(config, store);
         match Arc::get_mut(&mut host) {
             Some(h) => h.instance_id = image.instance_id,
             None => return Err(io::Error::other("the new host is already shared")),
@@ -269,14 +298,46 @@ impl Host {
             }
             let now = Instant::now();
             for t in image.terminals {
-                let fd = fds.get_mut(t.pty).and_then(Option::take).ok_or_else(|| {
-                    io::Error::other(format!("terminal {}: no pty descriptor #{}", t.uri, t.pty))
+                let transcript = t
+                    .transcript
+                    .as_ref()
+                    .and_then(|(key, since)| persist::Transcript::from_image(key, *since));
+                let (Some(pid), Some(pty)) = (t.pid, t.pty) else {
+                    // Restored from a transcript: no process, no pump.
+                    let screen = match t.screen {
+                        Some(image) => Screen::from_image(image),
+                        None => Screen::new(80, 24),
+                    };
+                    inner.terminals.insert(
+                        t.uri.clone(),
+                        TerminalEntry {
+                            id: t.id,
+                            state: t.state,
+                            subscribers: Subscribers::new(Arc::new(tokio::sync::Notify::new())),
+                            process: None,
+                            holder: t.holder,
+                            renamed_by_client: t.renamed_by_client,
+                            content_bytes: t.content_bytes,
+                            history: History::from_image(t.history),
+                            orphaned_since: t
+                                .orphaned_for_ms
+                                .and_then(|ms| now.checked_sub(Duration::from_millis(ms))),
+                            created_ms: t.created_ms,
+                            info_json: None,
+                            screen,
+                            transcript,
+                        },
+                    );
+                    continue;
+                };
+                let fd = fds.get_mut(pty).and_then(Option::take).ok_or_else(|| {
+                    io::Error::other(format!("terminal {}: no pty descriptor #{pty}", t.uri))
                 })?;
                 let master = PtyMaster::adopt(fd).map_err(|e| {
                     io::Error::new(e.kind(), format!("terminal {}: pty: {e}", t.uri))
                 })?;
                 let (process, events) = terminal::adopt(Adopted {
-                    pid: t.pid,
+                    pid,
                     master,
                     input: t.input,
                     exit: t.reaped.then_some(t.exit_code),
@@ -306,7 +367,7 @@ impl Host {
                         id: t.id,
                         state: t.state,
                         subscribers: Subscribers::new(wake.clone()),
-                        process,
+                        process: Some(process),
                         holder: t.holder,
                         renamed_by_client: t.renamed_by_client,
                         content_bytes: t.content_bytes,
@@ -317,6 +378,7 @@ impl Host {
                         created_ms: t.created_ms,
                         info_json: None,
                         screen,
+                        transcript,
                     },
                 );
                 pumps.push((t.uri, t.id, events, wake, state, model_wake));

@@ -337,7 +337,8 @@ fn check_descriptors(h: &Handover) -> Result<(), String> {
     }
     let fd_at = |i: usize| h.fds.get(i).copied().ok_or(format!("no descriptor #{i}"));
     for t in &h.host.terminals {
-        let fd = fd_at(t.pty)?;
+        let Some(pty) = t.pty else { continue };
+        let fd = fd_at(pty)?;
         let mut n: libc::c_uint = 0;
         // SAFETY: TIOCGPTN writes one unsigned int.
         if unsafe { libc::ioctl(fd, libc::TIOCGPTN, &mut n) } != 0 {
@@ -678,7 +679,9 @@ impl Upgrader {
         let server_image = server.image(&mut fds);
         let base = fds.len();
         for t in &mut image.terminals {
-            t.pty += base;
+            if let Some(pty) = &mut t.pty {
+                *pty += base;
+            }
         }
         fds.extend(ptys.iter().map(|p| p.as_raw_fd()));
         let handover = Handover {
