@@ -503,3 +503,50 @@ async fn a_trimmed_terminal_snapshots_the_same_screen_after_an_upgrade() {
     );
     assert_eq!(is, was, "the screen changed across the upgrade");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_transcript_goes_on_in_the_same_file_across_an_upgrade() {
+    let install = Install::new();
+    let mut d = install.start();
+    let (mut a, _) = Raw::connect_init(&d.url(), "log-a", &[ROOT]).await;
+    let t = term_uri("log");
+    raw_create(&mut a, &t, client_claim("log-a")).await;
+    raw_subscribe(&mut a, &t).await;
+    a.ready(&t).await;
+    a.type_text(&t, "echo before-$((1+1))\r").await;
+    a.wait_data(&t, "before-2", SHELL_TIMEOUT).await;
+    let out = upgrade(d.home()).await;
+    assert_eq!(out.code, Some(0), "{out:?}\n{}", d.stderr());
+    let (mut r, _) = raw_reconnect(&d.url(), "log-a", last_seq(&a) as i64, &[ROOT, &t]).await;
+    r.type_text(&t, "echo after-$((2+2))\r").await;
+    r.wait_data(&t, "after-4", SHELL_TIMEOUT).await;
+    let files = |home: &Path| -> Vec<PathBuf> {
+        let dir = home.join(".state/ahpty/terminals");
+        let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        v.retain(|p| p.extension().is_some_and(|e| e == "log"));
+        v
+    };
+    assert_eq!(files(d.home()).len(), 1, "one transcript for one terminal");
+    // A clean stop writes everything; a new daemon on the same state directory restores it.
+    d.signal(nix::sys::signal::Signal::SIGTERM);
+    assert!(d.wait_exit(Duration::from_secs(20)).is_some());
+    let home = d.home().to_path_buf();
+    let cmd = daemon_command_of(
+        &install.exe(),
+        &home,
+        &["--listen", "127.0.0.1:0", "--no-auth", "--no-socket"],
+    );
+    let d2 = Daemon::start_command(tempfile::tempdir().unwrap(), cmd);
+    let (mut c, _) = Raw::connect_init(&d2.url(), "log-c", &[]).await;
+    let text = content_text(&terminal_of(&raw_subscribe(&mut c, &t).await.1));
+    for line in ["before-2", "after-4"] {
+        assert_eq!(
+            text.matches(line).count(),
+            1,
+            "{line} not exactly once in the restored transcript: {text:?}"
+        );
+    }
+    assert_eq!(files(&home).len(), 1);
+}
