@@ -126,7 +126,7 @@ fn raw_pty_read(argv: &[&str]) -> (u64, u64, Duration) {
         }
     }
     let el = t0.elapsed();
-    let _ = child.wait_until();
+    let _ = child.wait();
     (bytes, reads, el)
 }
 
@@ -722,7 +722,7 @@ async fn stalled() {
             let r = c
                 .request(
                     "reconnect",
-                    json!({"channel": ROOT_URI, "clientId": "st-slow",
+                    json!({"channel": ROOT, "clientId": "st-slow",
                            "lastSeenServerSeq": last_seq, "subscriptions": [t]}),
                 )
                 .await;

@@ -37,12 +37,12 @@ spec!(
         raw.type_text(&t, "echo shell=$$; sleep 1003 & echo job=$!\r")
             .await;
         raw.wait_until("pids", SHELL_TIMEOUT, |c| {
-            find_number_after(&c.data(&t), "job=").is_some()
+            find_number_after(c.data(&t), "job=").is_some()
         })
         .await;
         let data = raw.data(&t);
-        let shell = find_number_after(&data, "shell=").unwrap() as i32;
-        let job = find_number_after(&data, "job=").unwrap() as i32;
+        let shell = find_number_after(data, "shell=").unwrap() as i32;
+        let job = find_number_after(data, "job=").unwrap() as i32;
         assert!(!is_dead(shell) && !is_dead(job));
 
         d.signal(nix::sys::signal::Signal::SIGTERM);

@@ -202,7 +202,7 @@ spec!(
         assert_eq!(resp["result"]["snapshots"], json!([]), "{resp}");
         let (mut other, _) = Raw::connect_init(&d.url(), "rc-other", &[]).await;
         let t = "ahp-terminal:/rc-unknown-barrier";
-        other.create_terminal(&t).await;
+        other.create_terminal(t).await;
         // The ping's answer is queued after anything the create could have sent us.
         let resp = raw.request("ping", json!({"channel": ROOT})).await;
         assert_eq!(resp["result"], Value::Null);

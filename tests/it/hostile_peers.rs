@@ -568,8 +568,8 @@ measured!(an_escaped_process_does_not_keep_the_daemon_busy, async {
     a.type_text(&t, "echo shell=$$ tty=$(tty)\r").await;
     a.wait_data(&t, "tty=/dev/pts/", SHELL_TIMEOUT).await;
     let data = a.data(&t);
-    let shell = find_number_after(&data, "shell=").expect("shell pid") as i32;
-    let index = find_number_after(&data, "tty=/dev/pts/").expect("pty number") as u32;
+    let shell = find_number_after(data, "shell=").expect("shell pid") as i32;
+    let index = find_number_after(data, "tty=/dev/pts/").expect("pty number") as u32;
     let held = pty_master_fds(pid, index);
     assert!(held > 0, "no descriptor of the terminal's pty master found");
     a.type_text(

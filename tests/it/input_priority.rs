@@ -27,10 +27,10 @@ measured!(
         a.type_text(&uri, "echo pid-$$\r").await;
         let u = uri.clone();
         a.wait_until("the shell's pid", SHELL_TIMEOUT, |raw| {
-            find_number_after(&raw.data(&u), "pid-").is_some()
+            find_number_after(raw.data(&u), "pid-").is_some()
         })
         .await;
-        let shell = find_number_after(&a.data(&uri), "pid-").expect("shell pid") as i32;
+        let shell = find_number_after(a.data(&uri), "pid-").expect("shell pid") as i32;
 
         // Start the flood, then stop reading the socket.
         a.type_text(&uri, "yes\r").await;

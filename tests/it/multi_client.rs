@@ -299,7 +299,7 @@ spec!(server_seq_is_strictly_increasing_per_connection, async {
     let snap_a2 = snap_text(&s_a2);
     let t2c = t2.clone();
     a.wait_until("fin-11 in T2 (snapshot + data)", SHELL_TIMEOUT, |c| {
-        (snap_a2.clone() + &c.data(&t2c)).contains("fin-11")
+        (snap_a2.clone() + c.data(&t2c)).contains("fin-11")
     })
     .await;
     b.wait_data(&t2, "fin-11", SHELL_TIMEOUT).await;
@@ -321,8 +321,8 @@ spec!(server_seq_is_strictly_increasing_per_connection, async {
     check_ordering(&b, &[(s_b2["id"].clone(), t2.as_str())]);
 
     // A's late snapshot plus the envelopes after it tell the same story as B's full stream.
-    let a_story = snap_text(&s_a2) + &a.data(&t2);
-    let b_story = snap_text(&s_b2) + &b.data(&t2);
+    let a_story = snap_text(&s_a2) + a.data(&t2);
+    let b_story = snap_text(&s_b2) + b.data(&t2);
     let cut = |s: &str| s[..s.find("fin-11").expect("marker") + 6].to_string();
     assert!(
         cut(&a_story) == cut(&b_story),

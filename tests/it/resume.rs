@@ -189,7 +189,7 @@ spec!(
         let snap_text = content_text(&term);
         let u = t.clone();
         r.wait_until("END-2 in snapshot + live data", FLOOD_TIMEOUT, |c| {
-            (snap_text.clone() + &c.data(&u)).contains("END-2")
+            (snap_text.clone() + c.data(&u)).contains("END-2")
         })
         .await;
         r.type_text(&t, "echo FIN-$((2+3))\r").await;

@@ -36,7 +36,7 @@ spec!(multibyte_lines_arrive_intact, async {
     assert!(
         !data.contains('\u{FFFD}'),
         "U+FFFD in output: {}",
-        tail(&data, 500)
+        tail(data, 500)
     );
     let lines: Vec<&str> = data
         .split("\r\n")
@@ -44,7 +44,7 @@ spec!(multibyte_lines_arrive_intact, async {
         .filter(|l| l.starts_with('L'))
         .collect();
     let want: Vec<String> = (1..=3000).map(|i| format!("L{i} ─│┌ 😀 中文 é")).collect();
-    assert_eq!(lines.len(), want.len(), "{}", tail(&data, 500));
+    assert_eq!(lines.len(), want.len(), "{}", tail(data, 500));
     for (got, want) in lines.iter().zip(&want) {
         assert_eq!(got, want);
     }
@@ -64,7 +64,7 @@ spec!(invalid_bytes_become_replacement_characters, async {
     assert!(
         data.contains(want),
         "expected {want:?} in {}",
-        tail(&data, 400)
+        tail(data, 400)
     );
 });
 

@@ -235,19 +235,16 @@ spec!(rejected_actions_go_only_to_the_dispatcher, async {
     }
     let leaked: Vec<&Value> = b
         .envelopes()
-        .into_iter()
         .filter(|e| e["origin"]["clientId"] == "holder-a" && e.get("rejectionReason").is_some())
         .collect();
     assert!(leaked.is_empty(), "B received A's rejections: {leaked:?}");
     let leaked: Vec<&Value> = a
         .envelopes()
-        .into_iter()
         .filter(|e| e["origin"]["clientId"] == "other-b")
         .collect();
     assert!(leaked.is_empty(), "A received B's rejection: {leaked:?}");
     let forged: Vec<&Value> = b
         .envelopes()
-        .into_iter()
         .filter(|e| e["action"]["data"] == "forged output")
         .collect();
     assert!(forged.is_empty(), "forged data was broadcast: {forged:?}");
@@ -276,7 +273,7 @@ spec!(rejected_actions_go_only_to_the_dispatcher, async {
     assert!(
         data.contains("sz-2 30 100"),
         "pty size changed: {}",
-        tail(&data, 400)
+        tail(data, 400)
     );
 
     // Input to an exited terminal is rejected too, to the dispatcher only.

@@ -10,7 +10,8 @@
 //! - [`text`]: small text helpers (numbers in output, clipping for failure messages, docs).
 //! - [`wait`]: [`eventually`], the one way to wait for a condition nobody announces.
 
-#![allow(dead_code)]
+// The benchmarks include this module too and use only part of it.
+#![allow(dead_code, unused_imports)]
 
 pub mod check;
 pub mod cli;
@@ -56,19 +57,30 @@ pub fn exclusive() -> RwLockWriteGuard<'static, ()> {
     SUITE.write().unwrap_or_else(|e| e.into_inner())
 }
 
+/// The runtime a [`spec!`] or [`measured!`] test body runs on: multi-threaded, `threads`
+/// workers, I/O and time enabled.
+pub fn runtime(threads: usize) -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime for the test")
+}
+
 /// An ordinary test, run beside the others: `spec!(name, async { … })` (a multi-thread tokio
 /// runtime with 2 workers; `threads = N` before the body for more) or `spec!(name, { … })`
-/// (a plain `#[test]`).
+/// (a plain `#[test]`). The suite lock is taken before the runtime starts and released after
+/// it has shut down, so it is never held across an `.await`.
 #[allow(unused_macros)]
 macro_rules! spec {
     ($name:ident, async $body:block) => {
         spec!($name, threads = 2, async $body);
     };
     ($name:ident, threads = $n:literal, async $body:block) => {
-        #[tokio::test(flavor = "multi_thread", worker_threads = $n)]
-        async fn $name() {
+        #[test]
+        fn $name() {
             let _suite = $crate::support::shared();
-            $body
+            $crate::support::runtime($n).block_on(async $body);
         }
     };
     ($name:ident, $body:block) => {
@@ -88,10 +100,10 @@ macro_rules! measured {
         measured!($name, threads = 2, async $body);
     };
     ($name:ident, threads = $n:literal, async $body:block) => {
-        #[tokio::test(flavor = "multi_thread", worker_threads = $n)]
-        async fn $name() {
+        #[test]
+        fn $name() {
             let _suite = $crate::support::exclusive();
-            $body
+            $crate::support::runtime($n).block_on(async $body);
         }
     };
     ($name:ident, $body:block) => {

@@ -678,8 +678,8 @@ impl Raw {
     /// Does the latest `root/terminalsChanged` received list `uri`?
     pub fn root_lists(&self, uri: &str) -> Option<bool> {
         self.envelopes()
-            .filter(|e| e["channel"] == ROOT && e["action"]["type"] == "root/terminalsChanged")
-            .last()
+            .rev()
+            .find(|e| e["channel"] == ROOT && e["action"]["type"] == "root/terminalsChanged")
             .map(|e| {
                 e["action"]["terminals"]
                     .as_array()

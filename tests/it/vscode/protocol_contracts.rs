@@ -332,7 +332,6 @@ spec!(
         client.request("ping", json!({"channel": ROOT})).await;
         let got: Vec<&Value> = client
             .envelopes()
-            .into_iter()
             .filter(|e| e["action"]["type"] == "terminal/titleChanged" && e["channel"] == t.uri)
             .collect();
         assert!(got.is_empty(), "{got:?}");
@@ -654,7 +653,7 @@ spec!(
             .wait_envelope("the echo", RPC_TIMEOUT, |e| mine(e))
             .await;
         shared.request("ping", json!({"channel": ROOT})).await;
-        let deliveries = shared.envelopes().into_iter().filter(|e| mine(e)).count();
+        let deliveries = shared.envelopes().filter(|e| mine(e)).count();
         assert_eq!(deliveries, 1, "{}", shared.describe());
     }
 );
