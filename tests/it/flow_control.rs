@@ -114,19 +114,23 @@ measured!(
         let yes = wait_pid_of(&format!("yes {tag}"), Duration::from_secs(10)).await;
 
         // The pause: `yes` sleeps, blocked in write, and uses no CPU.
-        let deadline = Instant::now() + Duration::from_secs(4);
-        let (sleeping, used, _) = loop {
-            max_rss = max_rss.max(rss_bytes(pid));
-            let r = blocked_for(yes, &mut h, Duration::from_millis(500)).await;
-            if (r.0 && r.1 <= 1) || Instant::now() >= deadline {
-                break r;
-            }
-        };
-        assert!(
-            sleeping && used <= 1,
-            "the pty is not paused while its only subscriber is stalled: yes sleeping in every \
-         sample: {sleeping}, CPU ticks used in 500 ms: {used}"
-        );
+        eventually(
+            "the pty paused while its only subscriber is stalled",
+            Duration::from_secs(4),
+            async || {
+                max_rss = max_rss.max(rss_bytes(pid));
+                let (sleeping, used, _) =
+                    blocked_for(yes, &mut h, Duration::from_millis(500)).await;
+                if sleeping && used <= 1 {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "yes sleeping in every sample: {sleeping}, CPU ticks used in 500 ms: {used}"
+                    ))
+                }
+            },
+        )
+        .await;
         assert!(
             !d.stderr().contains("closing a"),
             "closed before the pause could be observed:\n{}",
@@ -835,17 +839,9 @@ spec!(
         let _ =
             b.ws.send(tokio_tungstenite::tungstenite::Message::Text(over.into()))
                 .await;
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while b.closed.is_none() {
-            assert!(
-                b.pump(deadline).await != Pumped::Timeout,
-                "connection not closed after an oversized message"
-            );
-        }
         let frame = b
-            .closed
-            .clone()
-            .unwrap()
+            .wait_closed(Duration::from_secs(10))
+            .await
             .expect("closed without a close frame");
         assert_eq!(u16::from(frame.code), 1009, "{frame:?}");
         assert!(!frame.reason.is_empty(), "close 1009 without a reason");

@@ -1,8 +1,10 @@
 //! One hostile or broken peer cannot freeze, lock out or bloat the daemon. Each attack runs
 //! against a real daemon on 127.0.0.1 while a *bystander* on another connection keeps
 //! measuring what a user would feel: the round trip of a `ping` and of a keystroke echo
-//! (`terminal/input` → pty → `terminal/data`) in a terminal running `cat`. Both must stay under
-//! 100 ms for the whole attack. The attacks are bounded in count and time.
+//! (`terminal/input` → pty → `terminal/data`) in a terminal running `cat`. For the whole attack,
+//! 99 in 100 round trips of each kind must take under 100 ms and none over 300 ms: a daemon
+//! that froze would fail both, while one round trip delayed by the shared machine's scheduler
+//! (2 cores, other builds running) fails neither. The attacks are bounded in count and time.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -13,8 +15,10 @@ use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message;
 
-/// The latency a bystander may see while an attack runs.
+/// The latency 99 % of a bystander's round trips stay under while an attack runs.
 const BOUND: Duration = Duration::from_millis(100);
+/// The latency no round trip of a bystander's may reach while an attack runs.
+const CEILING: Duration = Duration::from_millis(300);
 
 // ─── The bystander ──────────────────────────────────────────────────────────────────────
 
@@ -30,16 +34,24 @@ struct Samples {
     slow: Vec<(Instant, &'static str, Duration)>,
 }
 
-fn stats(v: &[Duration]) -> String {
+/// The `q` quantile of `v` (nearest rank; zero for no samples).
+fn quantile(v: &[Duration], q: f64) -> Duration {
     let mut s = v.to_vec();
     s.sort();
-    let at = |q: f64| s[((s.len() - 1) as f64 * q) as usize];
+    if s.is_empty() {
+        return Duration::ZERO;
+    }
+    s[((s.len() - 1) as f64 * q) as usize]
+}
+
+fn stats(v: &[Duration]) -> String {
     format!(
-        "n={} p50={:?} p90={:?} max={:?}",
-        s.len(),
-        at(0.5),
-        at(0.9),
-        at(1.0)
+        "n={} p50={:?} p90={:?} p99={:?} max={:?}",
+        v.len(),
+        quantile(v, 0.5),
+        quantile(v, 0.9),
+        quantile(v, 0.99),
+        quantile(v, 1.0)
     )
 }
 
@@ -77,7 +89,8 @@ impl Samples {
             .join("; ")
     }
 
-    /// Both maxima under [`BOUND`], with at least `min` samples of each.
+    /// Both 99th percentiles under [`BOUND`] and both maxima under [`CEILING`], with at least
+    /// `min` samples of each.
     fn assert_fast(&self, what: &str, min: usize) {
         self.report(what);
         assert!(
@@ -86,15 +99,16 @@ impl Samples {
             self.ping.len(),
             self.echo.len()
         );
-        let ping = self.ping.iter().max().copied().unwrap_or_default();
-        let echo = self.echo.iter().max().copied().unwrap_or_default();
-        assert!(
-            ping < BOUND && echo < BOUND,
-            "{what}: the bystander waited up to {ping:?} for a ping and {echo:?} for an echo \
-             (bound {BOUND:?}); ping {}; echo {}",
-            stats(&self.ping),
-            stats(&self.echo)
-        );
+        for (kind, v) in [("ping", &self.ping), ("echo", &self.echo)] {
+            let (p99, max) = (quantile(v, 0.99), quantile(v, 1.0));
+            assert!(
+                p99 < BOUND && max < CEILING,
+                "{what}: the bystander's {kind} round trips: p99 {p99:?} (bound {BOUND:?}), \
+                 max {max:?} (ceiling {CEILING:?}); ping {}; echo {}",
+                stats(&self.ping),
+                stats(&self.echo)
+            );
+        }
     }
 }
 
@@ -180,19 +194,25 @@ fn request_text(id: u64, method: &str, params: Value) -> String {
 async fn call_raw(ws: &mut Ws, id: u64, text: &str) -> String {
     ws.send(Message::Text(text.into())).await.unwrap();
     let prefix = format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let m = tokio::time::timeout_at(deadline, ws.next())
-            .await
-            .unwrap_or_else(|_| panic!("no answer to request {id}"))
-            .expect("connection closed")
-            .expect("connection failed");
-        if let Message::Text(t) = m {
-            if t.as_str().starts_with(&prefix) {
-                return t.as_str().to_string();
+    within(
+        &format!("the answer to request {id}"),
+        Duration::from_secs(60),
+        async {
+            loop {
+                let m = ws
+                    .next()
+                    .await
+                    .expect("connection closed")
+                    .expect("connection failed");
+                if let Message::Text(t) = m {
+                    if t.as_str().starts_with(&prefix) {
+                        return t.as_str().to_string();
+                    }
+                }
             }
-        }
-    }
+        },
+    )
+    .await
 }
 
 fn long_uri(tag: &str, k: usize) -> String {
@@ -206,7 +226,7 @@ fn long_uri(tag: &str, k: usize) -> String {
 // `reconnect` and `initialize` with huge or maximal channel lists, snapshots of a full
 // scrollback, a maximal `missing` list, and title changes that rebuild a catalogue of long
 // URIs and titles: every request costs time linear in its size, answers are encoded outside
-// the host lock, and the bystander never waits more than 100 ms.
+// the host lock, and the bystander's round trips stay fast (see the module's bounds).
 measured!(huge_requests_do_not_freeze_the_daemon, async {
     let d = Daemon::start();
     let url = d.url();
@@ -892,220 +912,232 @@ fn one_request(addr: &str, frame: &[u8]) -> Vec<u8> {
     got
 }
 
-// 10 000 distinct client ids leave the daemon's memory flat (remembered ids are bounded),
-// and oversized client ids, URIs, claim fields and titles are refused, naming the field and
-// the limit, without the daemon keeping their memory.
-measured!(peers_cannot_make_the_daemon_keep_memory, async {
-    let d = Daemon::start();
-    let pid = d.pid();
-    let addr = d.addr().to_string();
-    // Blocking sockets on 8 threads: this (debug) process must not be the bottleneck.
-    let ids = |from: usize, to: usize| {
-        let addr = addr.clone();
-        async move {
-            let mut set = tokio::task::JoinSet::new();
-            for w in 0..8 {
-                let addr = addr.clone();
-                set.spawn_blocking(move || {
-                    for k in (from + w..to).step_by(8) {
-                        // 200-byte ids: remembering 10 000 of them would be visible.
-                        let init = request_text(
-                            1,
-                            "initialize",
-                            json!({"channel": ROOT,
+// 10 000 distinct client ids leave the daemon's memory flat (remembered ids are bounded).
+// (Its own daemon's memory is what it measures, and no bystander: it runs beside other tests.)
+spec!(
+    ten_thousand_client_ids_leave_the_daemons_memory_flat,
+    async {
+        let d = Daemon::start();
+        let pid = d.pid();
+        let addr = d.addr().to_string();
+        // Blocking sockets on 8 threads: this (debug) process must not be the bottleneck.
+        let ids = |from: usize, to: usize| {
+            let addr = addr.clone();
+            async move {
+                let mut set = tokio::task::JoinSet::new();
+                for w in 0..8 {
+                    let addr = addr.clone();
+                    set.spawn_blocking(move || {
+                        for k in (from + w..to).step_by(8) {
+                            // 200-byte ids: remembering 10 000 of them would be visible.
+                            let init = request_text(
+                                1,
+                                "initialize",
+                                json!({"channel": ROOT,
                             "protocolVersions": ["1.0.0"], "clientId": format!("{k:0>200}")}),
-                        );
-                        let answer = one_request(&addr, &client_text_frame(&init));
-                        assert!(
-                            answer.windows(15).any(|w| w == b"protocolVersion"),
-                            "{}",
-                            String::from_utf8_lossy(&answer)
-                        );
-                    }
-                });
+                            );
+                            let answer = one_request(&addr, &client_text_frame(&init));
+                            assert!(
+                                answer.windows(15).any(|w| w == b"protocolVersion"),
+                                "{}",
+                                String::from_utf8_lossy(&answer)
+                            );
+                        }
+                    });
+                }
+                while let Some(r) = set.join_next().await {
+                    r.unwrap();
+                }
             }
-            while let Some(r) = set.join_next().await {
-                r.unwrap();
+        };
+        // Warm up (allocator arenas, the table of remembered ids filled to its bound).
+        ids(0, 1_000).await;
+        let warm = rss_kib(pid);
+        let t0 = Instant::now();
+        ids(1_000, 11_000).await;
+        let after_ids = rss_kib(pid);
+        eprintln!(
+            "10 000 client ids in {:?}: RSS {warm} KiB → {after_ids} KiB",
+            t0.elapsed()
+        );
+        assert!(
+            after_ids < warm + 2 * 1024,
+            "RSS grew from {warm} KiB to {after_ids} KiB over 10 000 client ids"
+        );
+        // The bound is real: the oldest ids were forgotten (their reconnect gets -32008, as an
+        // unknown client's), the latest are remembered (a replay).
+        for (k, expect) in [(0, "-32008"), (10_999, "\"replay\"")] {
+            let text = request_text(
+                1,
+                "reconnect",
+                json!({"channel": ROOT,
+            "clientId": format!("{k:0>200}"), "lastSeenServerSeq": 0, "subscriptions": []}),
+            );
+            let answer = one_request(&addr, &client_text_frame(&text));
+            let answer = String::from_utf8_lossy(&answer);
+            assert!(answer.contains(expect), "client {k}: {answer}");
+        }
+    }
+);
+
+// Oversized client ids, URIs, claim fields and titles are refused, naming the field and the
+// limit, without the daemon keeping their memory or a bystander waiting.
+measured!(
+    oversized_fields_are_refused_without_the_daemon_keeping_them,
+    async {
+        let d = Daemon::start();
+        let pid = d.pid();
+        let addr = d.addr().to_string();
+        let by = Bystander::start(&d.url());
+        let before = rss_kib(pid);
+        let huge_id = "i".repeat(8 << 20);
+        let mb = "u".repeat(1 << 20);
+        let attempts = [
+            request_text(
+                1,
+                "initialize",
+                json!({"channel": ROOT,
+            "protocolVersions": ["1.0.0"], "clientId": huge_id}),
+            ),
+            request_text(
+                1,
+                "reconnect",
+                json!({"channel": ROOT, "clientId": huge_id,
+            "lastSeenServerSeq": 0, "subscriptions": []}),
+            ),
+        ];
+        for text in &attempts {
+            let frame = client_text_frame(text);
+            let answer = tokio::task::block_in_place(|| one_request(&addr, &frame));
+            let r = String::from_utf8_lossy(&answer);
+            assert!(
+                r.contains("-32602") && r.contains("clientId is longer than 256 bytes"),
+                "{}",
+                clip(r.to_string(), 300)
+            );
+            assert!(r.len() < 2048, "the error echoes {} bytes", r.len());
+        }
+        let (mut a, _) = Raw::connect_init(&d.url(), "fields", &[]).await;
+        let t = term_uri("fields");
+        a.create_terminal(&t).await;
+        let claim = |c: Value| json!({"channel": term_uri("c"), "claim": c});
+        let cases: Vec<(&str, Value, &str)> = vec![
+            (
+                "channel",
+                json!({"channel": format!("ahp-terminal:/{mb}"),
+            "claim": {"kind": "client", "clientId": "fields"}}),
+                "2048 bytes",
+            ),
+            (
+                "claim.clientId",
+                claim(json!({"kind": "client", "clientId": mb})),
+                "claim.clientId",
+            ),
+            (
+                "claim.session",
+                claim(json!({"kind": "session", "session": mb, "chat": "c:/1"})),
+                "claim.session",
+            ),
+            (
+                "claim.chat",
+                claim(json!({"kind": "session", "session": "s:/1", "chat": mb})),
+                "claim.chat",
+            ),
+            (
+                "claim.turnId",
+                claim(json!({"kind": "session", "session": "s:/1", "chat": "c:/1",
+            "turnId": mb})),
+                "claim.turnId",
+            ),
+            (
+                "claim.toolCallId",
+                claim(json!({"kind": "session", "session": "s:/1", "chat": "c:/1",
+            "turnId": "t", "toolCallId": mb})),
+                "claim.toolCallId",
+            ),
+            (
+                "name",
+                json!({"channel": term_uri("n"), "name": mb,
+            "claim": {"kind": "client", "clientId": "fields"}}),
+                "4096 characters",
+            ),
+            (
+                "cwd",
+                json!({"channel": term_uri("d"), "cwd": format!("/{mb}"),
+            "claim": {"kind": "client", "clientId": "fields"}}),
+                "4096 bytes",
+            ),
+        ];
+        for (field, params, expect) in &cases {
+            for _ in 0..3 {
+                let r = a.request("createTerminal", params.clone()).await;
+                let text = r.to_string();
+                assert_eq!(
+                    Raw::code(&r),
+                    Some(-32602),
+                    "{field}: {}",
+                    clip(text.clone(), 300)
+                );
+                assert!(
+                    text.contains(expect),
+                    "{field}: {}",
+                    clip(text.clone(), 300)
+                );
+                assert!(
+                    text.len() < 2048,
+                    "{field}: the error echoes {} bytes",
+                    text.len()
+                );
             }
         }
-    };
-    // Warm up (allocator arenas, the table of remembered ids filled to its bound).
-    ids(0, 1_000).await;
-    let warm = rss_kib(pid);
-    let t0 = Instant::now();
-    ids(1_000, 11_000).await;
-    let after_ids = rss_kib(pid);
-    eprintln!(
-        "10 000 client ids in {:?}: RSS {warm} KiB → {after_ids} KiB",
-        t0.elapsed()
-    );
-    assert!(
-        after_ids < warm + 2 * 1024,
-        "RSS grew from {warm} KiB to {after_ids} KiB over 10 000 client ids"
-    );
-    // The bound is real: the oldest ids were forgotten (their reconnect gets -32008, as an
-    // unknown client's), the latest are remembered (a replay).
-    for (k, expect) in [(0, "-32008"), (10_999, "\"replay\"")] {
-        let text = request_text(
-            1,
-            "reconnect",
-            json!({"channel": ROOT,
-            "clientId": format!("{k:0>200}"), "lastSeenServerSeq": 0, "subscriptions": []}),
-        );
-        let answer = one_request(&addr, &client_text_frame(&text));
-        let answer = String::from_utf8_lossy(&answer);
-        assert!(answer.contains(expect), "client {k}: {answer}");
-    }
-
-    // Oversized fields, each refused with a message naming the field and the limit.
-    let by = Bystander::start(&d.url());
-    let huge_id = "i".repeat(8 << 20);
-    let mb = "u".repeat(1 << 20);
-    let attempts = [
-        request_text(
-            1,
-            "initialize",
-            json!({"channel": ROOT,
-            "protocolVersions": ["1.0.0"], "clientId": huge_id}),
-        ),
-        request_text(
-            1,
-            "reconnect",
-            json!({"channel": ROOT, "clientId": huge_id,
-            "lastSeenServerSeq": 0, "subscriptions": []}),
-        ),
-    ];
-    for text in &attempts {
-        let frame = client_text_frame(text);
-        let answer = tokio::task::block_in_place(|| one_request(&addr, &frame));
-        let r = String::from_utf8_lossy(&answer);
-        assert!(
-            r.contains("-32602") && r.contains("clientId is longer than 256 bytes"),
-            "{}",
-            clip(r.to_string(), 300)
-        );
-        assert!(r.len() < 2048, "the error echoes {} bytes", r.len());
-    }
-    let (mut a, _) = Raw::connect_init(&d.url(), "fields", &[]).await;
-    let t = term_uri("fields");
-    a.create_terminal(&t).await;
-    let claim = |c: Value| json!({"channel": term_uri("c"), "claim": c});
-    let cases: Vec<(&str, Value, &str)> = vec![
-        (
-            "channel",
-            json!({"channel": format!("ahp-terminal:/{mb}"),
-            "claim": {"kind": "client", "clientId": "fields"}}),
-            "2048 bytes",
-        ),
-        (
-            "claim.clientId",
-            claim(json!({"kind": "client", "clientId": mb})),
-            "claim.clientId",
-        ),
-        (
-            "claim.session",
-            claim(json!({"kind": "session", "session": mb, "chat": "c:/1"})),
-            "claim.session",
-        ),
-        (
-            "claim.chat",
-            claim(json!({"kind": "session", "session": "s:/1", "chat": mb})),
-            "claim.chat",
-        ),
-        (
-            "claim.turnId",
-            claim(json!({"kind": "session", "session": "s:/1", "chat": "c:/1",
-            "turnId": mb})),
-            "claim.turnId",
-        ),
-        (
-            "claim.toolCallId",
-            claim(json!({"kind": "session", "session": "s:/1", "chat": "c:/1",
-            "turnId": "t", "toolCallId": mb})),
-            "claim.toolCallId",
-        ),
-        (
-            "name",
-            json!({"channel": term_uri("n"), "name": mb,
-            "claim": {"kind": "client", "clientId": "fields"}}),
-            "4096 characters",
-        ),
-        (
-            "cwd",
-            json!({"channel": term_uri("d"), "cwd": format!("/{mb}"),
-            "claim": {"kind": "client", "clientId": "fields"}}),
-            "4096 bytes",
-        ),
-    ];
-    for (field, params, expect) in &cases {
         for _ in 0..3 {
-            let r = a.request("createTerminal", params.clone()).await;
-            let text = r.to_string();
-            assert_eq!(
-                Raw::code(&r),
-                Some(-32602),
-                "{field}: {}",
-                clip(text.clone(), 300)
-            );
-            assert!(
-                text.contains(expect),
-                "{field}: {}",
-                clip(text.clone(), 300)
-            );
+            let r = a
+                .request("subscribe", json!({"channel": format!("x:{mb}")}))
+                .await;
+            assert_eq!(Raw::code(&r), Some(-32602), "{}", clip(r.to_string(), 300));
+            assert!(r.to_string().len() < 2048);
+        }
+        // Actions: a 1 MiB title, a 1 MiB claim field; rejected, echoed as their type only.
+        a.subscribe(&t).await;
+        let title = a
+            .dispatch(&t, json!({"type": "terminal/titleChanged", "title": mb}))
+            .await;
+        let claimed = a
+            .dispatch(
+                &t,
+                json!({"type": "terminal/claimed", "claim": {"kind": "client", "clientId": mb}}),
+            )
+            .await;
+        for seq in [title, claimed] {
+            let e = a
+                .wait_envelope("the rejection", RPC_TIMEOUT, |e| {
+                    e["origin"]["clientSeq"] == seq && e["rejectionReason"].is_string()
+                })
+                .await;
+            let text = e.to_string();
             assert!(
                 text.len() < 2048,
-                "{field}: the error echoes {} bytes",
+                "the rejection echoes {} bytes",
                 text.len()
             );
+            assert!(e["action"]["type"].is_string(), "{text}");
         }
-    }
-    for _ in 0..3 {
-        let r = a
-            .request("subscribe", json!({"channel": format!("x:{mb}")}))
-            .await;
-        assert_eq!(Raw::code(&r), Some(-32602), "{}", clip(r.to_string(), 300));
-        assert!(r.to_string().len() < 2048);
-    }
-    // Actions: a 1 MiB title, a 1 MiB claim field; rejected, echoed as their type only.
-    a.subscribe(&t).await;
-    let title = a
-        .dispatch(&t, json!({"type": "terminal/titleChanged", "title": mb}))
-        .await;
-    let claimed = a
-        .dispatch(
-            &t,
-            json!({"type": "terminal/claimed", "claim": {"kind": "client", "clientId": mb}}),
-        )
-        .await;
-    for seq in [title, claimed] {
-        let e = a
-            .wait_envelope("the rejection", RPC_TIMEOUT, |e| {
-                e["origin"]["clientSeq"] == seq && e["rejectionReason"].is_string()
-            })
-            .await;
-        let text = e.to_string();
+        let root = a.request("subscribe", json!({"channel": ROOT})).await;
         assert!(
-            text.len() < 2048,
-            "the rejection echoes {} bytes",
-            text.len()
+            root.to_string().len() < 4096,
+            "the catalogue grew: {}",
+            clip(root.to_string(), 300)
         );
-        assert!(e["action"]["type"].is_string(), "{text}");
+        let samples = by.finish();
+        let after = rss_kib(pid);
+        eprintln!("after the oversized fields: RSS {after} KiB (before {before} KiB)");
+        assert!(
+            after < before + 48 * 1024,
+            "RSS grew from {before} KiB to {after} KiB after the oversized fields"
+        );
+        samples.assert_fast("oversized fields", 5);
     }
-    let root = a.request("subscribe", json!({"channel": ROOT})).await;
-    assert!(
-        root.to_string().len() < 4096,
-        "the catalogue grew: {}",
-        clip(root.to_string(), 300)
-    );
-    let samples = by.finish();
-    let after = rss_kib(pid);
-    eprintln!("after the oversized fields: RSS {after} KiB (before {after_ids} KiB)");
-    assert!(
-        after < after_ids + 48 * 1024,
-        "RSS grew from {after_ids} KiB to {after} KiB after the oversized fields"
-    );
-    samples.assert_fast("oversized fields", 5);
-});
+);
 
 // ─── 6. Smaller ones ────────────────────────────────────────────────────────────────────
 

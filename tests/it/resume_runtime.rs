@@ -85,21 +85,25 @@ struct Seen {
 
 impl Seen {
     async fn wait(&mut self, what: &str, mut pred: impl FnMut(&[ActionEnvelope]) -> bool) {
-        let deadline = tokio::time::Instant::now() + SHELL_TIMEOUT;
-        while !pred(&self.log) {
-            match tokio::time::timeout_at(deadline, self.events.recv()).await {
-                Ok(Some(ev)) => {
-                    if let SubscriptionEvent::Action(env) = ev.event {
-                        self.log.push(env);
+        let (events, log) = (&mut self.events, &mut self.log);
+        let arrived = tokio::time::timeout(SHELL_TIMEOUT, async {
+            while !pred(log) {
+                match events.recv().await {
+                    Some(ev) => {
+                        if let SubscriptionEvent::Action(env) = ev.event {
+                            log.push(env);
+                        }
                     }
+                    None => panic!("runtime event stream ended while waiting for {what}"),
                 }
-                Ok(None) => panic!("runtime event stream ended while waiting for {what}"),
-                Err(_) => panic!(
-                    "waiting for {what} from the runtime: timed out; seen:\n{}",
-                    describe_envelopes(&self.log)
-                ),
             }
-        }
+        })
+        .await;
+        assert!(
+            arrived.is_ok(),
+            "waiting for {what} from the runtime: timed out; seen:\n{}",
+            describe_envelopes(&self.log)
+        );
     }
 }
 

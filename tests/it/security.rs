@@ -51,20 +51,22 @@ where
     ws.send(Message::Text(msg.to_string().into()))
         .await
         .unwrap();
-    let deadline = tokio::time::Instant::now() + SHELL_TIMEOUT;
-    loop {
-        let m = tokio::time::timeout_at(deadline, ws.next())
-            .await
-            .expect("no response")
-            .expect("connection closed")
-            .expect("ws error");
-        if let Message::Text(t) = m {
-            let v: Value = serde_json::from_str(t.as_str()).unwrap();
-            if v.get("id") == Some(&json!(id)) {
-                return v;
+    within(&format!("the response to {method}"), SHELL_TIMEOUT, async {
+        loop {
+            let m = ws
+                .next()
+                .await
+                .expect("connection closed")
+                .expect("ws error");
+            if let Message::Text(t) = m {
+                let v: Value = serde_json::from_str(t.as_str()).unwrap();
+                if v.get("id") == Some(&json!(id)) {
+                    return v;
+                }
             }
         }
-    }
+    })
+    .await
 }
 
 fn init_params(client: &str) -> Value {
@@ -605,15 +607,18 @@ spec!(silent_sockets_are_closed_by_the_handshake_timeout, async {
             flood.push(s);
         }
     }
-    let deadline = Instant::now() + Duration::from_secs(10);
-    for s in flood.iter_mut() {
-        let mut buf = [0u8; 8];
-        let left = deadline.saturating_duration_since(Instant::now());
-        let r = tokio::time::timeout(left, s.read(&mut buf))
-            .await
-            .expect("flood socket still open");
-        assert!(matches!(r, Ok(0) | Err(_)), "{r:?}");
-    }
+    within(
+        "every flood socket closed",
+        Duration::from_secs(10),
+        async {
+            for s in flood.iter_mut() {
+                let mut buf = [0u8; 8];
+                let r = s.read(&mut buf).await;
+                assert!(matches!(r, Ok(0) | Err(_)), "{r:?}");
+            }
+        },
+    )
+    .await;
     drop(flood);
     // A legitimate client still gets through.
     let line = p.stdout_line();
@@ -679,22 +684,27 @@ spec!(dead_peers_are_dropped_after_an_unanswered_ping, async {
         .expect("B did not see 10 pings")
         .unwrap();
     // A's socket was closed by the daemon: after the queued pings, a close or EOF.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
     let mut pings = 0;
-    loop {
-        match tokio::time::timeout_at(deadline, dead.next()).await {
-            Ok(Some(Ok(Message::Ping(_)))) => pings += 1,
-            Ok(Some(Ok(Message::Close(frame)))) => {
-                if let Some(f) = frame {
-                    assert_eq!(u16::from(f.code), 1001, "{f:?}");
+    within(
+        "the dead peer's connection closed",
+        Duration::from_secs(3),
+        async {
+            loop {
+                match dead.next().await {
+                    Some(Ok(Message::Ping(_))) => pings += 1,
+                    Some(Ok(Message::Close(frame))) => {
+                        if let Some(f) = frame {
+                            assert_eq!(u16::from(f.code), 1001, "{f:?}");
+                        }
+                        break;
+                    }
+                    Some(Ok(other)) => panic!("unexpected {other:?}"),
+                    Some(Err(_)) | None => break,
                 }
-                break;
             }
-            Ok(Some(Ok(other))) => panic!("unexpected {other:?}"),
-            Ok(Some(Err(_))) | Ok(None) => break,
-            Err(_) => panic!("the dead peer's connection is still open"),
-        }
-    }
+        },
+    )
+    .await;
     assert!(pings >= 1, "no ping was sent");
     // B is still served.
     let r = live.request("ping", json!({"channel": ROOT})).await;

@@ -64,37 +64,49 @@ fn text_of(state: &Value) -> String {
 /// Folds a subscription's envelopes into `$state` with `$reduce` until `terminal/exited`.
 macro_rules! fold_until_exited {
     ($sub:expr, $state:expr, $reduce:path, $action:path, $event:path) => {{
-        let deadline = tokio::time::Instant::now() + T;
-        loop {
-            match tokio::time::timeout_at(deadline, $sub.recv()).await {
-                Ok(Some($event(env))) => {
-                    $reduce(&mut $state, &env.action);
-                    if matches!(env.action, $action(_)) {
-                        break;
+        let folded = tokio::time::timeout(T, async {
+            loop {
+                match $sub.recv().await {
+                    Some($event(env)) => {
+                        $reduce(&mut $state, &env.action);
+                        if matches!(env.action, $action(_)) {
+                            break;
+                        }
                     }
+                    Some(_) => {}
+                    None => panic!("subscription closed before terminal/exited"),
                 }
-                Ok(Some(_)) => {}
-                Ok(None) => panic!("subscription closed before terminal/exited"),
-                Err(_) => panic!("no terminal/exited within {T:?}; folded: {}", jv(&$state)),
             }
-        }
+        })
+        .await;
+        assert!(
+            folded.is_ok(),
+            "no terminal/exited within {T:?}; folded: {}",
+            jv(&$state)
+        );
     }};
 }
 
 /// Folds root envelopes into `$root` until `$done(&root_json)` holds.
 macro_rules! fold_root_until {
     ($sub:expr, $root:expr, $reduce:path, $event:path, $done:expr) => {{
-        let deadline = tokio::time::Instant::now() + T;
-        while !$done(&jv(&$root)) {
-            match tokio::time::timeout_at(deadline, $sub.recv()).await {
-                Ok(Some($event(env))) => {
-                    $reduce(&mut $root, &env.action);
+        let folded = tokio::time::timeout(T, async {
+            while !$done(&jv(&$root)) {
+                match $sub.recv().await {
+                    Some($event(env)) => {
+                        $reduce(&mut $root, &env.action);
+                    }
+                    Some(_) => {}
+                    None => panic!("root subscription closed"),
                 }
-                Ok(Some(_)) => {}
-                Ok(None) => panic!("root subscription closed"),
-                Err(_) => panic!("root never reached the expected state: {}", jv(&$root)),
             }
-        }
+        })
+        .await;
+        assert!(
+            folded.is_ok(),
+            "root never reached the expected state within {T:?}: {}",
+            jv(&$root)
+        );
     }};
 }
 

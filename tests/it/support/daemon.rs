@@ -413,13 +413,8 @@ impl Daemon {
     /// Waits up to `timeout` for the daemon to exit (then for its output to be read).
     pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
         let child = self.child.as_mut()?;
-        let mut status = None;
         // Nothing announces the exit to this thread (the pipes may outlive it): poll.
-        eventually_try(timeout, || {
-            status = child.try_wait().ok().flatten();
-            status.is_some()
-        });
-        let status = status?;
+        let status = super::poll_blocking(timeout, || child.try_wait().ok().flatten()).ok()?;
         self.child = None;
         // The pipes close once the daemon and its terminals' programs are gone.
         self.stdout.wait_closed(Duration::from_secs(2));
@@ -449,26 +444,12 @@ impl Drop for Daemon {
         };
         let pid = nix::unistd::Pid::from_raw(child.id() as i32);
         let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        let gone = eventually_try(Duration::from_secs(5), || {
+        let gone = super::poll_blocking(Duration::from_secs(5), || {
             matches!(child.try_wait(), Ok(Some(_)))
         });
-        if !gone {
+        if gone.is_err() {
             let _ = child.kill();
             let _ = child.wait();
         }
-    }
-}
-
-/// Like [`super::eventually_blocking`], but says whether the condition held instead of panicking.
-fn eventually_try(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if cond() {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        std::thread::sleep(super::POLL);
     }
 }

@@ -122,26 +122,31 @@ impl Ahp {
         timeout: Duration,
         mut pred: impl FnMut(&[ActionEnvelope]) -> bool,
     ) {
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            if pred(&self.log) {
-                return;
-            }
-            match tokio::time::timeout_at(deadline, self.events.recv()).await {
-                Ok(Some(ev)) => {
-                    if let SubscriptionEvent::Action(env) = ev.event {
-                        self.log.push(env);
+        let (events, log) = (&mut self.events, &mut self.log);
+        let arrived = tokio::time::timeout(timeout, async {
+            while !pred(log) {
+                match events.recv().await {
+                    Some(ev) => {
+                        if let SubscriptionEvent::Action(env) = ev.event {
+                            log.push(env);
+                        }
                     }
+                    None => return false,
                 }
-                Ok(None) => panic!(
-                    "waiting for {what}: connection closed; seen:\n{}",
-                    self.describe_log()
-                ),
-                Err(_) => panic!(
-                    "waiting for {what}: timed out after {timeout:?}; seen:\n{}",
-                    self.describe_log()
-                ),
             }
+            true
+        })
+        .await;
+        match arrived {
+            Ok(true) => {}
+            Ok(false) => panic!(
+                "waiting for {what}: connection closed; seen:\n{}",
+                self.describe_log()
+            ),
+            Err(_) => panic!(
+                "waiting for {what}: timed out after {timeout:?}; seen:\n{}",
+                self.describe_log()
+            ),
         }
     }
 
