@@ -111,7 +111,7 @@ measured!(
         let tag = unique("stall");
         let started = Instant::now();
         h.type_text(&t, &format!("yes {tag}\r")).await;
-        let yes = wait_pid_of(&format!("yes {tag}"), Duration::from_secs(10)).await;
+        let yes = wait_pid_of(d.pid(), &format!("yes {tag}"), Duration::from_secs(10)).await;
 
         // The pause: `yes` sleeps, blocked in write, and uses no CPU.
         eventually(
@@ -463,7 +463,7 @@ measured!(ctrl_c_stops_a_flood_within_a_second, async {
         let tag = unique("cc");
         c.watch.insert(t.clone());
         c.type_text(&t, &format!("yes {tag}\r")).await;
-        let yes = wait_pid_of(&format!("yes {tag}"), Duration::from_secs(10)).await;
+        let yes = wait_pid_of(d.pid(), &format!("yes {tag}"), Duration::from_secs(10)).await;
         c.wait_data(&t, &format!("{tag}\r\n{tag}\r\n"), Duration::from_secs(10))
             .await;
         c.watch.remove(&t);
@@ -877,7 +877,7 @@ async fn slow_reader_run() -> Vec<usize> {
     let seq0 = c.last_seq;
     c.type_text(&t, &format!("seq 1 {N}\r")).await;
     // Not reading: wait (polling /proc, not the socket) until seq blocks in write.
-    let seq_pid = wait_pid_of(&format!("seq 1 {N}"), Duration::from_secs(10)).await;
+    let seq_pid = wait_pid_of(d.pid(), &format!("seq 1 {N}"), Duration::from_secs(10)).await;
     wait_paused(seq_pid, "seq, its only subscriber not reading").await;
     // Read slowly: one frame, then a short pause.
     let mut sizes = Vec::new();

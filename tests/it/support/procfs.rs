@@ -164,6 +164,11 @@ pub fn cmdline(pid: i32) -> String {
 
 /// Pids of the processes named `name` among the descendants of `root`.
 pub fn descendants_named(root: u32, name: &str) -> Vec<i32> {
+    descendants(root, |_, n| n == name)
+}
+
+/// Pids of the live descendants of `root` for which `pick(pid, command name)` holds.
+pub fn descendants(root: u32, mut pick: impl FnMut(i32, &str) -> bool) -> Vec<i32> {
     let mut parent = HashMap::new();
     let mut names = HashMap::new();
     for pid in proc_pids() {
@@ -193,25 +198,19 @@ pub fn descendants_named(root: u32, name: &str) -> Vec<i32> {
     };
     names
         .iter()
-        .filter(|(pid, n)| n.as_str() == name && descends(**pid))
+        .filter(|(pid, n)| descends(**pid) && pick(**pid, n))
         .map(|(pid, _)| *pid)
         .collect()
 }
 
-/// Pids of live processes whose command line contains `needle`.
-pub fn pids_with_cmdline(needle: &str) -> Vec<i32> {
-    let me = std::process::id() as i32;
-    proc_pids()
-        .filter(|&pid| pid != me && cmdline(pid).contains(needle))
-        .collect()
-}
-
-/// Waits for exactly one process whose command line contains `needle`.
-pub async fn wait_pid_of(needle: &str, timeout: Duration) -> i32 {
+/// Waits for exactly one descendant of `root` (a daemon: its terminals' programs) whose
+/// command line contains `needle`. (Only descendants: other test suites on the machine run
+/// the same commands.)
+pub async fn wait_pid_of(root: u32, needle: &str, timeout: Duration) -> i32 {
     eventually(
         &format!("a single process with {needle:?} in its command line"),
         timeout,
-        async || match pids_with_cmdline(needle)[..] {
+        async || match descendants(root, |pid, _| cmdline(pid).contains(needle))[..] {
             [pid] => Ok(pid),
             ref pids => Err(format!("{pids:?}")),
         },
