@@ -231,19 +231,13 @@ spec!(official_runtime_resumes_with_reconnect_after_a_cut, async {
         l.iter().any(|e| e.channel == u && e.server_seq > fence)
     })
     .await;
-    let on_t: Vec<&ActionEnvelope> = seen
+    let on_t: Vec<ActionEnvelope> = seen
         .log
         .iter()
         .filter(|e| e.channel == t && e.server_seq > from)
+        .cloned()
         .collect();
-    for w in on_t.windows(2) {
-        assert!(
-            w[0].server_seq < w[1].server_seq,
-            "runtime delivered {} then {}",
-            w[0].server_seq,
-            w[1].server_seq
-        );
-    }
+    assert_increasing(&on_t, "the runtime's delivery");
     for e in on_t.iter().filter(|e| e.server_seq <= fence) {
         assert!(e.rejection_reason.is_none());
         apply_action_to_terminal(&mut state, &e.action);
@@ -253,7 +247,7 @@ spec!(official_runtime_resumes_with_reconnect_after_a_cut, async {
         serde_json::to_value(terminal_state(&fresh)).unwrap(),
         "runtime-side fold differs from a fresh snapshot"
     );
-    let text = data_text(&on_t.iter().map(|e| (*e).clone()).collect::<Vec<_>>(), &t);
+    let text = data_text(&on_t, &t);
     let start = text.find("gap-$((3+3))").expect("command echo");
     let end = text.rfind("gap-6").unwrap();
     assert_consecutive(
