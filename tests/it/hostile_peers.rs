@@ -619,9 +619,10 @@ measured!(an_escaped_process_does_not_keep_the_daemon_busy, async {
     assert_eq!(out, std::path::PathBuf::from(format!("/dev/pts/{index}")));
 
     // The bystander is judged from the dispose on: before it, `yes` is an ordinary flood in
-    // the attacker's own terminal (tests/flow_control.rs is about those).
+    // the attacker's own terminal (the flow_control module is about those).
     let by = Bystander::start(&d.url());
-    let busy = cpu_over(pid as i32, Duration::from_millis(500)).await;
+    // The control, over a second (the machine is shared: the daemon gets its share of it).
+    let busy = cpu_over(pid as i32, Duration::from_secs(1)).await;
     let dispose_sent = Instant::now();
     let r = a.request("disposeTerminal", json!({"channel": t})).await;
     assert!(r.get("error").is_none(), "{r}");
@@ -629,21 +630,22 @@ measured!(an_escaped_process_does_not_keep_the_daemon_busy, async {
     // A window of bystander samples after the dispose (a measurement window, not a wait).
     tokio::time::sleep(Duration::from_millis(300)).await;
     let samples = by.finish().since(dispose_sent);
-    // Within a second of the answer, a quiet window of 200 ms (at most 2 ticks: 10 %).
+    // Within a second of the answer, a quiet window of 200 ms (at most 1 tick: 5 %, half the
+    // control's least).
     let mut quiet = None;
     while quiet.is_none() && disposed.elapsed() < Duration::from_secs(1) {
         let used = cpu_over(pid as i32, Duration::from_millis(200)).await;
-        if used <= 2 {
+        if used <= 1 {
             quiet = Some(disposed.elapsed());
         }
     }
     eprintln!(
-        "daemon CPU with the escapee: {busy} ticks in 500 ms; after dispose: quiet by \
+        "daemon CPU with the escapee: {busy} ticks in 1 s; after dispose: quiet by \
          {quiet:?}; pty master descriptors {held} before"
     );
     assert!(
         busy >= 10,
-        "the escapee did not load the daemon ({busy} ticks in 500 ms): the test proves nothing"
+        "the escapee did not load the daemon ({busy} ticks in 1 s): the test proves nothing"
     );
     assert!(
         quiet.is_some(),

@@ -35,6 +35,7 @@ mod seed_clients;
 mod service;
 mod shell_integration_scripts;
 mod terminal_lifecycle;
+mod terminal_model;
 mod utf8_output;
 mod vscode;
 mod websocat_recipes;
