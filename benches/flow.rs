@@ -273,7 +273,7 @@ async fn model() {
     println!("|---|---|---|---|---|---|");
     let d = Daemon::start();
     announce(&d, "model");
-    let (mut c, _) = Lean::connect_init(d.addr(), "model", None).await;
+    let (mut c, _) = Raw::connect_init_with(&d.url(), Opts::lean(), "model", &[]).await;
     c.keep_tail = Some(4096);
     let t = terminal(&mut c, "model", true).await;
     for round in 0..2 {
@@ -285,7 +285,7 @@ async fn model() {
             let (u0, s0) = cpu_secs(d.pid());
             let t0 = Instant::now();
             let marker = format!("m-end-{round}{name}");
-            c.input(&t, &format!("cat {path}; echo {marker}-$((40+2))\r"))
+            c.type_text(&t, &format!("cat {path}; echo {marker}-$((40+2))\r"))
                 .await;
             c.wait_data(&t, &format!("{marker}-42"), Duration::from_secs(600))
                 .await;
@@ -304,14 +304,14 @@ async fn model() {
     // first byte), the last output a full-screen program's. A second client subscribes over and
     // over; the time is from sending `subscribe` to having its whole response.
     let path = files[1].1.to_str().unwrap();
-    c.input(
+    c.type_text(
         &t,
         &format!("head -c 3000000 {path}; echo snap-ready-$((40+2))\r"),
     )
     .await;
     c.wait_data(&t, "snap-ready-42", Duration::from_secs(600))
         .await;
-    let (mut v, _) = Lean::connect_init(d.addr(), "model-viewer", None).await;
+    let (mut v, _) = Raw::connect_init_with(&d.url(), Opts::lean(), "model-viewer", &[]).await;
     let mut times = Vec::new();
     let mut snapshot_bytes = 0;
     for _ in 0..30 {
@@ -342,9 +342,9 @@ async fn model() {
     for modelled in [false, true] {
         let d = Daemon::start_with(&small);
         let pid = d.pid();
-        let (mut c, _) = Lean::connect_init(d.addr(), "idle-model", None).await;
+        let (mut c, _) = Raw::connect_init_with(&d.url(), Opts::lean(), "idle-model", &[]).await;
         let first = terminal(&mut c, "im0", true).await;
-        c.input(
+        c.type_text(
             &first,
             &format!("head -c 400000 {path}; echo im-ready-$((40+2))\r"),
         )
@@ -357,13 +357,13 @@ async fn model() {
         for i in 0..n {
             let t = terminal(&mut c, &format!("im{}", i + 1), true).await;
             if modelled {
-                c.input(
+                c.type_text(
                     &t,
                     &format!("head -c 400000 {path}; echo im-ready-$((40+2))\r"),
                 )
                 .await;
             } else {
-                c.input(&t, "echo im-ready-$((40+2))\r").await;
+                c.type_text(&t, "echo im-ready-$((40+2))\r").await;
             }
             uris.push(t);
         }
