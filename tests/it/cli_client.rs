@@ -140,8 +140,9 @@ spec!(
             );
             assert!(row["ageSeconds"].as_i64().unwrap() >= 0, "{row}");
             assert!(row["commandDetection"].is_boolean(), "{row}");
+            assert_eq!(row["restored"], false, "{row}");
             let keys: Vec<&String> = row.as_object().unwrap().keys().collect();
-            assert_eq!(keys.len(), 14, "{keys:?}");
+            assert_eq!(keys.len(), 15, "{keys:?}");
         }
         let table = cli(d.cli(&["ls"])).await;
         assert_eq!(table.code, Some(0));
@@ -443,10 +444,12 @@ spec!(
         let dir = std::fs::metadata(d.socket().parent().unwrap()).unwrap();
         assert_eq!(dir.permissions().mode() & 0o777, 0o700);
 
-        // A second daemon on the same default socket: refused, saying how to run one anyway.
+        // A second daemon on the same default socket: refused, saying how to run one anyway
+        // (without transcripts, so that the socket is what it runs into, not the state
+        // directory).
         let second = run_cli(
             Daemon::bare()
-                .args(&["--listen", "127.0.0.1:0", "--no-auth"])
+                .args(&["--listen", "127.0.0.1:0", "--no-auth", "--no-persist"])
                 .home_of(&d)
                 .command(),
             CLI_TIMEOUT,

@@ -24,6 +24,7 @@ mod input_priority;
 mod limits;
 mod multi_client;
 mod ownership;
+mod persistence;
 mod properties;
 mod randomized;
 mod readme_example;

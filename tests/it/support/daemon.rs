@@ -174,6 +174,12 @@ impl DaemonBuilder {
         self
     }
 
+    /// A `$HOME` the caller keeps (state that outlives each daemon started on it).
+    pub fn home_at(mut self, home: &Path) -> Self {
+        self.home = Some(Home::Shared(home.to_path_buf()));
+        self
+    }
+
     fn home_path(&mut self) -> PathBuf {
         self.home
             .get_or_insert_with(|| Home::Owned(tempfile::tempdir().unwrap()))
@@ -254,6 +260,8 @@ impl DaemonBuilder {
         cmd.env("HOME", &home)
             .env("XDG_RUNTIME_DIR", runtime_dir(&home))
             .env("XDG_CONFIG_HOME", home.join(".config"))
+            // Transcripts and the serverSeq mark stay in the test's own HOME.
+            .env("XDG_STATE_HOME", home.join(".state"))
             .env("RUST_LOG", &self.log)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
@@ -297,8 +305,8 @@ impl DaemonBuilder {
 impl Daemon {
     /// `serve --listen 127.0.0.1:0 --shell /bin/bash --no-auth` and these arguments, with a
     /// fresh HOME (so no config file and no user rc files), a private XDG_RUNTIME_DIR (see
-    /// [`runtime_dir`]), without the caller's `AHPTY_*` settings, systemd variables or shell
-    /// start-up variables.
+    /// [`runtime_dir`]), XDG_STATE_HOME `HOME/.state` (so transcripts stay in the test's HOME),
+    /// without the caller's `AHPTY_*` settings, systemd variables or shell start-up variables.
     pub fn builder() -> DaemonBuilder {
         DaemonBuilder {
             defaults: true,
