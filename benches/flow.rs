@@ -18,20 +18,17 @@
 //! daemons run with their default settings, so with transcripts on, in the benchmark's
 //! temporary `$HOME`, unless a case says otherwise.
 
-#[path = "../tests/common/mod.rs"]
-mod common;
-#[path = "../tests/flow_support/mod.rs"]
-mod flow_support;
+#[path = "../tests/it/support/mod.rs"]
+mod support;
 
 use std::io::{Read, Write};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{term_uri, Daemon};
-use flow_support::*;
 use futures_util::StreamExt;
 use serde_json::json;
+use support::*;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::Message;
 
@@ -139,14 +136,14 @@ fn raw_pty_read(argv: &[&str]) -> (u64, u64, Duration) {
 }
 
 /// Creates a terminal, subscribes and waits for the shell.
-async fn terminal(c: &mut Lean, tag: &str, integration: bool) -> String {
+async fn terminal(c: &mut Raw, tag: &str, integration: bool) -> String {
     let t = term_uri(tag);
     c.create_terminal(&t).await;
     c.subscribe(&t).await;
     if integration {
-        c.ready(&t).await;
+        c.ready_for_commands(&t).await;
     } else {
-        c.ready_plain(&t).await;
+        c.ready(&t).await;
     }
     t
 }
@@ -188,14 +185,14 @@ async fn throughput() {
                 &d,
                 &format!("throughput #{round}, integration {integration}"),
             );
-            let (mut c, _) = Lean::connect_init(d.addr(), "tp", None).await;
+            let (mut c, _) = Raw::connect_init_with(&d.url(), Opts::lean(), "tp", &[]).await;
             c.keep_tail = Some(4096);
             let t = terminal(&mut c, "tp", integration).await;
             let before = c.data_len.get(&t).copied().unwrap_or(0);
             let frames0 = c.data_frames;
             let (u0, s0) = cpu_secs(d.pid());
             let t0 = Instant::now();
-            c.input(&t, &format!("cat {path}; echo tp-end-$((40+2))\r"))
+            c.type_text(&t, &format!("cat {path}; echo tp-end-$((40+2))\r"))
                 .await;
             c.wait_data(&t, "tp-end-42", Duration::from_secs(600)).await;
             let el = t0.elapsed();
@@ -279,7 +276,7 @@ async fn model() {
     println!("|---|---|---|---|---|---|");
     let d = Daemon::start();
     announce(&d, "model");
-    let (mut c, _) = Lean::connect_init(d.addr(), "model", None).await;
+    let (mut c, _) = Raw::connect_init_with(&d.url(), Opts::lean(), "model", &[]).await;
     c.keep_tail = Some(4096);
     let t = terminal(&mut c, "model", true).await;
     for round in 0..2 {
@@ -291,7 +288,7 @@ async fn model() {
             let (u0, s0) = cpu_secs(d.pid());
             let t0 = Instant::now();
             let marker = format!("m-end-{round}{name}");
-            c.input(&t, &format!("cat {path}; echo {marker}-$((40+2))\r"))
+            c.type_text(&t, &format!("cat {path}; echo {marker}-$((40+2))\r"))
                 .await;
             c.wait_data(&t, &format!("{marker}-42"), Duration::from_secs(600))
                 .await;
@@ -310,14 +307,14 @@ async fn model() {
     // first byte), the last output a full-screen program's. A second client subscribes over and
     // over; the time is from sending `subscribe` to having its whole response.
     let path = files[1].1.to_str().unwrap();
-    c.input(
+    c.type_text(
         &t,
         &format!("head -c 3000000 {path}; echo snap-ready-$((40+2))\r"),
     )
     .await;
     c.wait_data(&t, "snap-ready-42", Duration::from_secs(600))
         .await;
-    let (mut v, _) = Lean::connect_init(d.addr(), "model-viewer", None).await;
+    let (mut v, _) = Raw::connect_init_with(&d.url(), Opts::lean(), "model-viewer", &[]).await;
     let mut times = Vec::new();
     let mut snapshot_bytes = 0;
     for _ in 0..30 {
@@ -348,9 +345,9 @@ async fn model() {
     for modelled in [false, true] {
         let d = Daemon::start_with(&small);
         let pid = d.pid();
-        let (mut c, _) = Lean::connect_init(d.addr(), "idle-model", None).await;
+        let (mut c, _) = Raw::connect_init_with(&d.url(), Opts::lean(), "idle-model", &[]).await;
         let first = terminal(&mut c, "im0", true).await;
-        c.input(
+        c.type_text(
             &first,
             &format!("head -c 400000 {path}; echo im-ready-$((40+2))\r"),
         )
@@ -363,13 +360,13 @@ async fn model() {
         for i in 0..n {
             let t = terminal(&mut c, &format!("im{}", i + 1), true).await;
             if modelled {
-                c.input(
+                c.type_text(
                     &t,
                     &format!("head -c 400000 {path}; echo im-ready-$((40+2))\r"),
                 )
                 .await;
             } else {
-                c.input(&t, "echo im-ready-$((40+2))\r").await;
+                c.type_text(&t, "echo im-ready-$((40+2))\r").await;
             }
             uris.push(t);
         }
@@ -399,19 +396,19 @@ async fn latency() {
     println!("\n## echo latency: {N} keystrokes into `cat` (kernel echo), one at a time\n");
     let d = Daemon::start_with(&["--no-shell-integration"]);
     announce(&d, "latency");
-    let (mut c, _) = Lean::connect_init(d.addr(), "lat", None).await;
+    let (mut c, _) = Raw::connect_init_with(&d.url(), Opts::lean(), "lat", &[]).await;
     let t = terminal(&mut c, "lat", false).await;
-    c.input(&t, "cat\r").await;
+    c.type_text(&t, "cat\r").await;
     // Let cat start: its first keystroke echo proves the line discipline is in cooked mode.
-    c.input(&t, "#").await;
+    c.type_text(&t, "#").await;
     c.wait_data(&t, "#", Duration::from_secs(10)).await;
     let mut samples = Vec::with_capacity(N);
     for i in 0..N + 50 {
         let ch = (b'a' + (i % 26) as u8) as char;
         let before = c.data_len.get(&t).copied().unwrap_or(0);
         let t0 = Instant::now();
-        c.input(&t, &ch.to_string()).await;
-        c.wait("echo", Duration::from_secs(5), |c| {
+        c.type_text(&t, &ch.to_string()).await;
+        c.wait_until("echo", Duration::from_secs(5), |c| {
             c.data_len.get(&t).copied().unwrap_or(0) > before
         })
         .await;
@@ -421,7 +418,7 @@ async fn latency() {
         }
         if i % 60 == 59 {
             // Keep the line short (canonical mode holds at most 4095 characters).
-            c.input(&t, "\u{15}").await; // ^U: kill the line
+            c.type_text(&t, "\u{15}").await; // ^U: kill the line
             c.drain_for(Duration::from_millis(5)).await;
         }
     }
@@ -494,15 +491,16 @@ async fn memory() {
     let d = Daemon::start_with(&["--stall-timeout", "1h"]);
     announce(&d, "memory");
     let pid = d.pid();
-    let (mut h, _) = Lean::connect_init(d.addr(), "mem-h", None).await;
+    let (mut h, _) = Raw::connect_init_with(&d.url(), Opts::lean(), "mem-h", &[]).await;
     let t = terminal(&mut h, "mem", true).await;
     // The controller only types: the stalled client is the terminal's one subscriber.
     h.send_json(&json!({"jsonrpc": "2.0", "method": "unsubscribe", "params": {"channel": t}}))
         .await;
-    let (mut s, _) = Lean::connect_init(d.addr(), "mem-stalled", Some(16 * 1024)).await;
+    let (mut s, _) =
+        Raw::connect_init_with(&d.url(), Opts::lean().rcvbuf(16 * 1024), "mem-stalled", &[]).await;
     s.subscribe(&t).await;
     let rss0 = rss_bytes(pid);
-    h.input(&t, "yes\r").await;
+    h.type_text(&t, "yes\r").await;
     let mut samples = Vec::new();
     tokio::time::sleep(Duration::from_secs(2)).await; // the queue fills; not a wait for an event
     let yes = descendants_named(pid, "yes");
@@ -534,7 +532,7 @@ async fn memory() {
         "| CPU of `yes` / of the daemon over {secs} s | {:.2} s / {:.2} s (paused: both ≈ 0) |",
         yes_cpu, cpu
     );
-    h.input(&t, "\u{3}").await;
+    h.type_text(&t, "\u{3}").await;
     drop(s);
 }
 
@@ -551,7 +549,7 @@ async fn idle() {
         };
         let d = Daemon::start_with(args);
         let pid = d.pid();
-        let (mut c, _) = Lean::connect_init(d.addr(), "idle", None).await;
+        let (mut c, _) = Raw::connect_init_with(&d.url(), Opts::lean(), "idle", &[]).await;
         // One terminal first, so one-time costs (threads of the runtime, script files) are in
         // the baseline.
         let first = terminal(&mut c, "idle0", integration).await;
@@ -571,7 +569,7 @@ async fn idle() {
             c.subscribe(t).await;
         }
         for t in &uris {
-            c.input(t, "\r").await;
+            c.type_text(t, "\r").await;
         }
         c.drain_for(Duration::from_secs(2)).await;
         let subscribed = rss_bytes(pid);
@@ -594,11 +592,11 @@ struct Viewer {
     bytes: Arc<AtomicU64>,
     stall: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
-    task: tokio::task::JoinHandle<Lean>,
+    task: tokio::task::JoinHandle<Raw>,
 }
 
 impl Viewer {
-    fn spawn(mut c: Lean) -> Viewer {
+    fn spawn(mut c: Raw) -> Viewer {
         let bytes = Arc::new(AtomicU64::new(0));
         let stall = Arc::new(AtomicBool::new(false));
         let stop = Arc::new(AtomicBool::new(false));
@@ -631,7 +629,7 @@ impl Viewer {
         self.bytes.load(Ordering::Relaxed)
     }
 
-    async fn finish(self) -> Option<Lean> {
+    async fn finish(self) -> Option<Raw> {
         self.stop.store(true, Ordering::Relaxed);
         self.task.await.ok()
     }
@@ -662,19 +660,20 @@ fn cut_kinds(d: &Daemon, client_id: &str) -> String {
 
 /// A terminal running nothing yet, created by a controller that then unsubscribes (so it
 /// never paces the terminal); returns the controller and the terminal's URI.
-async fn flood_terminal(d: &Daemon, tag: &str) -> (Lean, String) {
-    let (mut ctl, _) = Lean::connect_init(d.addr(), &format!("{tag}-ctl"), None).await;
+async fn flood_terminal(d: &Daemon, tag: &str) -> (Raw, String) {
+    let (mut ctl, _) =
+        Raw::connect_init_with(&d.url(), Opts::lean(), &format!("{tag}-ctl"), &[]).await;
     let t = term_uri(tag);
     ctl.create_terminal(&t).await;
     ctl.subscribe(&t).await;
-    ctl.ready(&t).await;
+    ctl.ready_for_commands(&t).await;
     ctl.send_json(&json!({"jsonrpc": "2.0", "method": "unsubscribe", "params": {"channel": t}}))
         .await;
     (ctl, t)
 }
 
 async fn viewer(d: &Daemon, client_id: &str, t: &str) -> Viewer {
-    let (mut c, _) = Lean::connect_init(d.addr(), client_id, None).await;
+    let (mut c, _) = Raw::connect_init_with(&d.url(), Opts::lean(), client_id, &[]).await;
     c.subscribe(t).await;
     c.watch.remove(t);
     Viewer::spawn(c)
@@ -701,14 +700,14 @@ async fn fan(d: &Daemon, clients: usize, window: Duration) -> (Vec<f64>, f64) {
     for i in 0..clients {
         viewers.push(viewer(d, &format!("fan-{clients}-{i}"), &t).await);
     }
-    ctl.input(&t, "yes\r").await;
+    ctl.type_text(&t, "yes\r").await;
     tokio::time::sleep(Duration::from_secs(1)).await; // warm-up, not a wait for an event
     let cpu0 = cpu_ticks(d.pid() as i32).unwrap();
     let t0 = Instant::now();
     let r = rates(&viewers, window).await;
     let cpu = (cpu_ticks(d.pid() as i32).unwrap() - cpu0) as f64 / ticks_per_second() as f64;
     let cpu = cpu / t0.elapsed().as_secs_f64();
-    ctl.input(&t, "\u{3}").await;
+    ctl.type_text(&t, "\u{3}").await;
     for v in viewers {
         let _ = v.finish().await;
     }
@@ -729,7 +728,7 @@ async fn fan_with_stalled(
         viewers.push(viewer(d, &format!("fans-{i}"), &t).await);
     }
     let slow = viewer(d, "fan-stalled", &t).await;
-    ctl.input(&t, "yes\r").await;
+    ctl.type_text(&t, "yes\r").await;
     tokio::time::sleep(Duration::from_secs(1)).await; // warm-up, not a wait for an event
     let before = rates(&viewers, window).await;
     slow.stall.store(true, Ordering::Relaxed);
@@ -749,7 +748,7 @@ async fn fan_with_stalled(
         .map(|(v, a)| mb_per_s(v.bytes() - a, el))
         .collect();
     let after = rates(&viewers, window).await;
-    ctl.input(&t, "\u{3}").await;
+    ctl.type_text(&t, "\u{3}").await;
     for v in viewers {
         let _ = v.finish().await;
     }
@@ -852,7 +851,7 @@ async fn stalled() {
     let pid = d.pid();
     let (mut ctl, t) = flood_terminal(&d, "st").await;
     let fast = viewer(&d, "st-fast", &t).await;
-    ctl.input(&t, "yes\r").await;
+    ctl.type_text(&t, "yes\r").await;
     tokio::time::sleep(Duration::from_secs(1)).await; // warm-up, not a wait for an event
     let alone_window = Duration::from_secs(10);
     let b0 = fast.bytes();
@@ -897,12 +896,12 @@ async fn stalled() {
                 back_at = Some(Instant::now() + Duration::from_secs(1));
             }
         } else if back_at.is_some_and(|b| Instant::now() >= b) {
-            let mut c = Lean::connect(d.addr(), None).await;
+            let mut c = Raw::connect_with(&d.url(), Opts::lean()).await;
             c.client_id = "st-slow".into();
             let r = c
                 .request(
                     "reconnect",
-                    json!({"channel": ROOT_URI, "clientId": "st-slow",
+                    json!({"channel": ROOT, "clientId": "st-slow",
                            "lastSeenServerSeq": last_seq, "subscriptions": [t]}),
                 )
                 .await;
@@ -916,7 +915,7 @@ async fn stalled() {
     }
     let el = t0.elapsed();
     let beside = mb_per_s(fast.bytes() - b0, el);
-    ctl.input(&t, "\u{3}").await;
+    ctl.type_text(&t, "\u{3}").await;
     let _ = fast.finish().await;
     if let Some(s) = slow {
         let _ = s.finish().await;
@@ -946,7 +945,7 @@ async fn stalled() {
 // ─── scale ───────────────────────────────────────────────────────────────────
 
 /// `n` terminals created and subscribed to by `c` (their data counted, not kept).
-async fn many_terminals(c: &mut Lean, tag: &str, n: usize) -> Vec<String> {
+async fn many_terminals(c: &mut Raw, tag: &str, n: usize) -> Vec<String> {
     let mut uris = Vec::new();
     for i in 0..n {
         let t = term_uri(&format!("{tag}{i}"));
@@ -966,10 +965,11 @@ async fn scale() {
     );
     let d = Daemon::start_with(&["--no-shell-integration"]);
     announce(&d, "scale");
-    let (mut c, _) = Lean::connect_init(d.addr(), "scale", None).await;
+    let (mut c, _) = Raw::connect_init_with(&d.url(), Opts::lean(), "scale", &[]).await;
     let uris = many_terminals(&mut c, "scale", n).await;
     for t in &uris {
-        c.input(t, "while :; do echo x; read -t 0.1; done\r").await;
+        c.type_text(t, "while :; do echo x; read -t 0.1; done\r")
+            .await;
     }
     c.drain_for(Duration::from_secs(2)).await;
     let (u0, s0) = cpu_secs(d.pid());
@@ -1052,14 +1052,14 @@ async fn persist() {
             }
             let d = Daemon::start_with(&args);
             announce(&d, &format!("persist #{round}, transcripts {on}"));
-            let (mut c, _) = Lean::connect_init(d.addr(), "pe", None).await;
+            let (mut c, _) = Raw::connect_init_with(&d.url(), Opts::lean(), "pe", &[]).await;
             c.keep_tail = Some(4096);
             let t = terminal(&mut c, "pe", false).await;
             let before = c.data_len.get(&t).copied().unwrap_or(0);
             let (u0, s0) = cpu_secs(d.pid());
             let (w0, st0) = disk_writes(d.pid());
             let t0 = Instant::now();
-            c.input(&t, &format!("cat {path}; echo pe-end-$((40+2))\r"))
+            c.type_text(&t, &format!("cat {path}; echo pe-end-$((40+2))\r"))
                 .await;
             c.wait_data(&t, "pe-end-42", Duration::from_secs(600)).await;
             let el = t0.elapsed();
@@ -1098,10 +1098,10 @@ async fn persist() {
         }
         let d = Daemon::start_with(&args);
         announce(&d, &format!("persist chatty, transcripts {on}"));
-        let (mut c, _) = Lean::connect_init(d.addr(), "pc", None).await;
+        let (mut c, _) = Raw::connect_init_with(&d.url(), Opts::lean(), "pc", &[]).await;
         let uris = many_terminals(&mut c, "pc", n).await;
         for t in &uris {
-            c.input(
+            c.type_text(
                 t,
                 "while :; do echo 'a line of chatty output, like a build log or a dev server, 70 b'; read -t 0.1; done\r",
             )
@@ -1137,11 +1137,12 @@ async fn paused() {
     let d = Daemon::start_with(&["--no-shell-integration", "--stall-timeout", "1h"]);
     announce(&d, "paused");
     let pid = d.pid();
-    let (mut c, _) = Lean::connect_init(d.addr(), "paused", Some(16 * 1024)).await;
+    let (mut c, _) =
+        Raw::connect_init_with(&d.url(), Opts::lean().rcvbuf(16 * 1024), "paused", &[]).await;
     let uris = many_terminals(&mut c, "paused", n).await;
     // From here on the client never reads; input still goes through.
     for t in &uris {
-        c.input(t, "yes\r").await;
+        c.type_text(t, "yes\r").await;
     }
     // Every terminal runs `yes` (polling /proc), then the queue and the pty buffers fill.
     let deadline = Instant::now() + Duration::from_secs(120);

@@ -1,0 +1,285 @@
+//! `ahpty attach` with the test playing the human: the attach runs on a real pty (portable-pty)
+//! inside `sh`, which records `stty -g` before and after it; the test types keys into that
+//! pty, resizes it and reads what appears on it, while an official `ahp` client watches the
+//! remote terminal.
+
+use std::io::{Read, Write};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::support::*;
+use ahp::ahp_types::actions::StateAction;
+use portable_pty::{native_pty_system, CommandBuilder, MasterPty, PtySize};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+/// The local terminal and the person at it.
+struct Human {
+    master: Box<dyn MasterPty + Send>,
+    keys: Box<dyn Write + Send>,
+    screen: Arc<(Mutex<Vec<u8>>, Condvar)>,
+    child: Box<dyn portable_pty::Child + Send + Sync>,
+    dir: tempfile::TempDir,
+}
+
+fn size(cols: u16, rows: u16) -> PtySize {
+    PtySize {
+        rows,
+        cols,
+        pixel_width: 0,
+        pixel_height: 0,
+    }
+}
+
+impl Human {
+    /// `sh -c 'stty -g >before; ahpty attach URI; echo attach-rc=$?; stty -g >after; …'` on a
+    /// fresh 80×24 pty, as a client of `d`.
+    fn attach(d: &Daemon, uri: &str) -> Human {
+        let pair = native_pty_system().openpty(size(80, 24)).expect("openpty");
+        let dir = tempfile::tempdir().unwrap();
+        let mut cmd = CommandBuilder::new("/bin/sh");
+        cmd.arg("-c");
+        cmd.arg(
+            "stty -g >before; \"$AHPTY_BIN\" attach \"$T\"; echo attach-rc=$?; stty -g >after; \
+             echo script-done; exec sleep 60",
+        );
+        cmd.cwd(dir.path());
+        cmd.env("AHPTY_BIN", env!("CARGO_BIN_EXE_ahpty"));
+        cmd.env("T", uri);
+        cmd.env("HOME", d.home());
+        cmd.env("XDG_RUNTIME_DIR", d.runtime_dir());
+        cmd.env("TERM", "xterm-256color");
+        for var in [
+            "AHPTY_URL",
+            "AHPTY_TOKEN",
+            "AHPTY_TERMINAL",
+            "AHPTY_HOST_ID",
+            "RUST_LOG",
+        ] {
+            cmd.env_remove(var);
+        }
+        let child = pair.slave.spawn_command(cmd).expect("spawn sh on the pty");
+        drop(pair.slave);
+        let mut reader = pair.master.try_clone_reader().expect("reader");
+        let keys = pair.master.take_writer().expect("writer");
+        let screen = Arc::new((Mutex::new(Vec::new()), Condvar::new()));
+        let s = screen.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 8192];
+            while let Ok(n) = reader.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                s.0.lock().unwrap().extend_from_slice(&buf[..n]);
+                s.1.notify_all();
+            }
+        });
+        Human {
+            master: pair.master,
+            keys,
+            screen,
+            child,
+            dir,
+        }
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.screen.0.lock().unwrap()).into_owned()
+    }
+
+    /// Waits (blocking) until the pty showed `needle`.
+    fn wait_for(&self, needle: &str) {
+        let deadline = Instant::now() + WAIT;
+        let mut seen = self.screen.0.lock().unwrap();
+        while !String::from_utf8_lossy(&seen).contains(needle) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            assert!(
+                !left.is_zero(),
+                "{needle:?} did not appear on the local terminal within {WAIT:?}; it shows {}",
+                tail(&String::from_utf8_lossy(&seen), 1500)
+            );
+            seen = self.screen.1.wait_timeout(seen, left).unwrap().0;
+        }
+    }
+
+    fn type_keys(&mut self, keys: &[u8]) {
+        self.keys.write_all(keys).unwrap();
+        self.keys.flush().unwrap();
+    }
+
+    /// The pid of `ahpty attach` (the child of the pty's `sh`).
+    fn attach_pid(&self) -> i32 {
+        let sh = self.child.process_id().expect("sh pid") as i32;
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+            .find(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+                    stat.rfind(')').is_some_and(|i| {
+                        stat[i + 1..].split_whitespace().nth(1) == Some(&sh.to_string())
+                    })
+                })
+            })
+            .expect("ahpty attach runs under sh")
+    }
+
+    /// The `stty -g` lines recorded before and after the attach.
+    fn tty_modes(&self) -> (String, String) {
+        let read = |f: &str| std::fs::read_to_string(self.dir.path().join(f)).unwrap();
+        (read("before"), read("after"))
+    }
+
+    /// The text after the last occurrence of `marker`.
+    fn after(&self, marker: &str) -> String {
+        let t = self.text();
+        t.rsplit_once(marker)
+            .map(|(_, r)| r.to_string())
+            .unwrap_or_default()
+    }
+}
+
+/// A daemon, an `agent` client watching a fresh terminal whose shell is ready.
+async fn setup(tag: &str) -> (Daemon, Ahp, String) {
+    let d = Daemon::start();
+    let (agent, t) = agent_with_terminal(&d, tag).await;
+    (d, agent, t)
+}
+
+fn blocking<R>(f: impl FnOnce() -> R) -> R {
+    tokio::task::block_in_place(f)
+}
+
+fn assert_modes_restored(human: &Human) {
+    let (before, after) = human.tty_modes();
+    assert!(!before.trim().is_empty());
+    assert_eq!(
+        before, after,
+        "the local terminal's modes were not restored"
+    );
+}
+
+spec!(
+    keys_output_resize_and_detach_with_the_terminal_left_running,
+    async {
+        let (d, mut agent, t) = setup("human").await;
+        let mut human = Human::attach(&d, &t);
+        // Attached: the screen is cleared and repainted from the snapshot (our `rdy-42` is in it).
+        blocking(|| human.wait_for("\x1b[H\x1b[2J"));
+        blocking(|| human.wait_for("rdy-42"));
+
+        // Keys reach the remote shell; its output appears here.
+        human.type_keys(b"echo typed-$((6*7))\r");
+        blocking(|| human.wait_for("typed-42"));
+        let u = t.clone();
+        agent
+        .wait_for("the keys, typed by the CLI", RPC_TIMEOUT, |log| {
+            log.iter().any(|e| {
+                e.channel == u
+                    && e.origin.as_ref().is_some_and(|o| o.client_id == "ahpty-cli")
+                    && matches!(&e.action, StateAction::TerminalInput(i) if i.data.contains("typed"))
+            })
+        })
+        .await;
+
+        // A resize of the local terminal reaches the remote program.
+        human.master.resize(size(100, 30)).unwrap();
+        let u = t.clone();
+        agent
+        .wait_for("terminal/resized 100x30", RPC_TIMEOUT, |log| {
+            log.iter().any(|e| {
+                e.channel == u
+                    && matches!(&e.action, StateAction::TerminalResized(r) if r.cols == 100 && r.rows == 30)
+            })
+        })
+        .await;
+        human.type_keys(b"stty size; echo sized-$((1+1))\r");
+        blocking(|| human.wait_for("sized-2"));
+        assert!(
+            human.text().contains("30 100"),
+            "{}",
+            tail(&human.text(), 800)
+        );
+
+        // The remote program hides the cursor; detaching shows it again.
+        human.type_keys(b"printf '\\033[?25l'; echo hidden-$((2+2))\r");
+        blocking(|| human.wait_for("hidden-4"));
+        human.type_keys(b"\x1c");
+        blocking(|| human.wait_for("script-done"));
+        let end = human.after("hidden-4");
+        assert!(end.contains("\x1b[?25h"), "cursor not shown again: {end:?}");
+        assert!(end.contains("attach-rc=0"), "{end:?}");
+        assert!(
+            end.contains(&format!(
+                "ahpty: detached (Ctrl-\\) from {t}; it keeps running"
+            )),
+            "{end:?}"
+        );
+        assert_modes_restored(&human);
+
+        // The terminal still runs: it answers its watcher.
+        agent.type_text(&t, "echo still-$((3*3))\r").await;
+        agent.wait_data(&t, "still-9", SHELL_TIMEOUT).await;
+        assert!(!agent.log.iter().any(|e| is_exited(e, &t)));
+    }
+);
+
+spec!(the_remote_exit_code_becomes_the_exit_status, async {
+    let (d, _agent, t) = setup("exit").await;
+    let mut human = Human::attach(&d, &t);
+    blocking(|| human.wait_for("\x1b[H\x1b[2J"));
+    human.type_keys(b"exit 7\r");
+    blocking(|| human.wait_for("script-done"));
+    let text = human.text();
+    assert!(text.contains("attach-rc=7"), "{}", tail(&text, 600));
+    assert!(
+        text.contains(&format!("ahpty: {t} exited with code 7")),
+        "{}",
+        tail(&text, 600)
+    );
+    assert_modes_restored(&human);
+});
+
+spec!(
+    a_killed_daemon_leaves_the_local_terminal_restored_and_one_line,
+    async {
+        let (mut d, _agent, t) = setup("sigkill").await;
+        let human = Human::attach(&d, &t);
+        blocking(|| human.wait_for("\x1b[H\x1b[2J"));
+        blocking(|| human.wait_for("rdy-42"));
+        d.signal(nix::sys::signal::Signal::SIGKILL);
+        assert!(d.wait_exit(WAIT).is_some());
+        blocking(|| human.wait_for("script-done"));
+        let end = human.after("rdy-42");
+        assert!(end.contains("attach-rc=255"), "{end:?}");
+        assert_eq!(
+            end.matches("ahpty: ").count(),
+            1,
+            "exactly one line from ahpty: {end:?}"
+        );
+        assert!(
+            end.contains("ahpty: lost the connection to the daemon\r\n"),
+            "{end:?}"
+        );
+        assert_modes_restored(&human);
+    }
+);
+
+spec!(sigterm_detaches_and_restores_the_local_terminal, async {
+    let (d, mut agent, t) = setup("sigterm").await;
+    let human = Human::attach(&d, &t);
+    blocking(|| human.wait_for("\x1b[H\x1b[2J"));
+    let pid = nix::unistd::Pid::from_raw(human.attach_pid());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    blocking(|| human.wait_for("script-done"));
+    let text = human.text();
+    assert!(text.contains("attach-rc=143"), "{}", tail(&text, 600));
+    assert!(
+        text.contains(&format!("ahpty: SIGTERM received; detached from {t}")),
+        "{}",
+        tail(&text, 600)
+    );
+    assert_modes_restored(&human);
+    agent.type_text(&t, "echo alive-$((5*5))\r").await;
+    agent.wait_data(&t, "alive-25", SHELL_TIMEOUT).await;
+});
