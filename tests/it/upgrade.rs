@@ -223,7 +223,7 @@ measured!(
         // The ticker goes on after the switch.
         let u2 = t2.clone();
         r.wait_until("10 ticks after the reconnect", FLOOD_TIMEOUT, |c| {
-            stamps(&c.data(&u2)).len() >= 10
+            stamps(c.data(&u2)).len() >= 10
         })
         .await;
         r.type_text(&t1, "echo FIN-$((2+3))\r").await;
