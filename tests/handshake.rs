@@ -1,4 +1,5 @@
-//! Handshake, version negotiation and the answers of a host with no agents (notes §3, §11).
+//! Handshake, version negotiation and the answers of a host with no agents (docs/protocol.md,
+//! "Protocol versions" and "Methods").
 
 mod common;
 

@@ -1,5 +1,5 @@
 //! Several clients on one daemon: identical fan-out, folding envelopes onto snapshots with
-//! the official reducers, and global `serverSeq` ordering (notes §5, §6).
+//! the official reducers, and global `serverSeq` ordering (docs/protocol.md, "Sequence numbers").
 
 mod common;
 
@@ -263,7 +263,7 @@ async fn server_seq_is_strictly_increasing_per_connection() {
             .await;
         assert!(r.get("error").is_none(), "{r}");
     }
-    // The root row is announced before the createTerminal response (notes §9.5 step 7).
+    // The root row is announced before the createTerminal response (docs/protocol.md, "Terminals").
     let row_pos = a.received.iter().position(|m| {
         m["params"]["action"]["type"] == "root/terminalsChanged"
             && m["params"]["action"]["terminals"][0]["resource"] == json!(t1)

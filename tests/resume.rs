@@ -1,6 +1,6 @@
 //! Resume without loss: `reconnect` after a killed socket, replay and snapshot answers,
 //! replay exactness and superseded connections (docs/protocol.md "Reconnect, history and
-//! reaping"; notes §4, §6; test vectors T34).
+//! reaping").
 
 mod common;
 mod resume_support;

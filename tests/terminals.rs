@@ -1,4 +1,4 @@
-//! Terminal lifecycle driven with the official `ahp` client crate (notes §9).
+//! Terminal lifecycle driven with the official `ahp` client crate (docs/protocol.md, "Terminals").
 
 mod common;
 

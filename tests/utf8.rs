@@ -1,4 +1,5 @@
-//! UTF-8 on the output path (test vectors T01–T04, black-box parts).
+//! UTF-8 on the output path, black-box (docs/protocol.md, "Output"): characters split across
+//! pty reads, invalid bytes, partial characters at EOF.
 
 mod common;
 

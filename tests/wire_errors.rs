@@ -1,4 +1,5 @@
-//! Malformed frames and rejected actions, with raw WebSocket frames (notes §2, §7.2, §12).
+//! Malformed frames and rejected actions, with raw WebSocket frames (docs/protocol.md,
+//! "Transport", "Methods" and "Actions").
 
 mod common;
 

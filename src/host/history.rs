@@ -1,4 +1,5 @@
-//! Retained envelopes of one channel, for `reconnect` replay (notes §4, §6).
+//! Retained envelopes of one channel, for `reconnect` replay (docs/protocol.md, "Reconnect,
+//! history and reaping").
 //!
 //! Each channel — the root channel and every terminal — keeps its own history, bounded in
 //! bytes of encoded JSON, so one chatty terminal never evicts another's. `floor` is the

@@ -6,7 +6,7 @@
 //! envelope is encoded once and queued on each subscriber's [`Outbox`]. Because queuing
 //! happens under the same lock that assigns sequence numbers, every connection receives its
 //! envelopes in increasing `serverSeq` order, and a snapshot plus its subscription (and the
-//! response carrying it) are atomic with respect to later actions (notes §5, §6).
+//! response carrying it) are atomic with respect to later actions (docs/protocol.md, "Sequence numbers").
 //! Every envelope is also kept in its channel's bounded [`history::History`], which is what
 //! `reconnect` replays. Connections own only their outbox; terminals outlive them, and a
 //! terminal whose claim holder stays away longer than the orphan grace is reaped.

@@ -127,7 +127,7 @@ impl RecentClients {
 }
 
 impl Host {
-    /// `reconnect` (notes §4): resumes `client_id` on this connection.
+    /// `reconnect` (docs/protocol.md, "`reconnect`"): resumes `client_id` on this connection.
     ///
     /// A `clientId` that never presented itself to this daemon (e.g. one from before a
     /// restart, whose `last_seen` belongs to another process's sequence) cannot be resumed:

@@ -7,7 +7,7 @@
 //! parts first, then cuts the head of the oldest remaining one, always on a character
 //! boundary and never inside an escape sequence, preferring a line start. A running (incomplete) command part is never dropped
 //! (`terminal/commandFinished` finds it by id); only the head of its output may be cut.
-//! A trim is not an action: it shows only in later snapshots (notes §9.7).
+//! A trim is not an action: it shows only in later snapshots (docs/protocol.md, "Retained content").
 
 use ahp_types::state::{
     TerminalCommandPart, TerminalContentPart, TerminalState, TerminalUnclassifiedPart,

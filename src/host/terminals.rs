@@ -53,7 +53,7 @@ fn own_executable() -> Option<std::ffi::OsString> {
 }
 
 impl Host {
-    /// `createTerminal` (notes §9.5): validates, spawns the shell on a new pty, registers the
+    /// `createTerminal` (docs/protocol.md, "Terminals"): validates, spawns the shell on a new pty, registers the
     /// terminal and emits `root/terminalsChanged` before returning.
     ///
     /// Errors: -32602 (channel, claim, cwd form or permission, size, a `name` over 4096
@@ -239,7 +239,7 @@ impl Host {
         }
     }
 
-    /// `disposeTerminal` (notes §9.6), first half: removes the terminal (no more actions on
+    /// `disposeTerminal` (docs/protocol.md, "`disposeTerminal`"), first half: removes the terminal (no more actions on
     /// its channel; its URI is free again) and emits `root/terminalsChanged`. The caller then
     /// kills its processes with [`Host::kill`] before answering.
     /// Errors: unknown terminal → -32008; session/chat URI → -32001; not a URI → -32602.

@@ -1,4 +1,4 @@
-//! The method table: one connection's view of AHP methods (notes §3, §5, §11).
+//! The method table: one connection's view of AHP methods (docs/protocol.md, "Methods").
 //!
 //! Before `initialize` only `ping`, `initialize` and `reconnect` are served; other requests,
 //! and a second handshake, get -32601 as from the reference host. Results and envelopes are
@@ -421,7 +421,7 @@ fn check_client(client_id: &str) -> Result<(), RpcError> {
         .map_err(RpcError::invalid_params)
 }
 
-/// What a host with no agents answers (notes §11).
+/// What a host with no agents answers (docs/protocol.md, "Methods": the session and agent rows).
 fn no_agents_answer(method: &str, params: &Value) -> Result<Value, RpcError> {
     let channel = params.get("channel").and_then(Value::as_str).unwrap_or("");
     let addressed_to_session = channel::classify(channel) == ChannelKind::Session;

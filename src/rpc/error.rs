@@ -1,5 +1,5 @@
 //! JSON-RPC error values and the AHP error codes ahpty uses (`ahp-types` errors module;
-//! notes §10). Every failure a peer can cause is turned into one of these, never a panic.
+//! docs/protocol.md says which answer carries which). Every failure a peer can cause is turned into one of these, never a panic.
 
 use ahp_types::errors::{ahp_error_codes as ahp, json_rpc_error_codes as rpc};
 use serde_json::Value;

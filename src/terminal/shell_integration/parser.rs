@@ -898,7 +898,7 @@ mod tests {
     }
 
     #[test]
-    fn t02_char_after_split_sequence_survives() {
+    fn a_character_split_across_reads_survives_with_the_next_one() {
         let ev = run(&[&[0x42, 0xcc], &[0x81, 0x43, 0xe2, 0x94, 0x80]]);
         assert_eq!(text_of(&ev), "B\u{301}C─");
         let ev = run(&[&[0xc3], &[0xa9, 0x21]]);
@@ -907,7 +907,7 @@ mod tests {
     }
 
     #[test]
-    fn t03_invalid_utf8_maximal_subparts() {
+    fn invalid_utf8_becomes_one_replacement_per_maximal_subpart() {
         let input = b"a\xffb\xc0\x80c\xed\xa0\x80d\x9be\n";
         let ev = check_splits(input);
         assert_eq!(text_of(&ev), String::from_utf8_lossy(input));
@@ -918,7 +918,7 @@ mod tests {
     }
 
     #[test]
-    fn t04_partial_cut_by_esc_and_eof() {
+    fn a_partial_character_is_ended_by_esc_and_by_eof() {
         let ev = check_splits(b"\xd8\x1b[0m12\n");
         assert_eq!(text_of(&ev), "\u{FFFD}\x1b[0m12\n");
         let ev = run(&[b"\xe2\x94"]);
@@ -929,7 +929,7 @@ mod tests {
     }
 
     #[test]
-    fn t05_sequences_split_with_delays() {
+    fn sequences_split_across_reads_are_reassembled() {
         let ev = run(&[
             b"\x1b]63",
             b"3;D;1",
@@ -950,7 +950,7 @@ mod tests {
     }
 
     #[test]
-    fn t05_full_cycle_byte_at_a_time() {
+    fn a_full_command_cycle_byte_at_a_time() {
         let input = format!(
             "{}$ {}{}{}out\r\n{}",
             osc633("A"),
@@ -978,7 +978,7 @@ mod tests {
     }
 
     #[test]
-    fn t06_bel_and_st_terminators() {
+    fn bel_and_st_both_terminate_an_osc() {
         for input in [
             &b"\x1b]633;A\x07X"[..],
             b"\x1b]633;A\x1b\\X",
@@ -1024,7 +1024,7 @@ mod tests {
     }
 
     #[test]
-    fn t07_unterminated_and_oversize() {
+    fn unterminated_sequences_are_released_or_dropped_at_eof() {
         // Unterminated title at EOF is released verbatim.
         let ev = run(&[b"\x1b]0;abc", b"hello"]);
         assert_eq!(text_of(&ev), "\x1b]0;abchello");
@@ -1037,7 +1037,7 @@ mod tests {
     }
 
     #[test]
-    fn t07_oversize_integration_osc_is_skipped() {
+    fn an_oversize_integration_osc_is_dropped_whole() {
         let mut p = OutputParser::new(NONCE.into());
         let mut out = Vec::new();
         p.feed(b"\x1b]633;E;", &mut out);
@@ -1062,7 +1062,7 @@ mod tests {
     }
 
     #[test]
-    fn t07_oversize_foreign_osc_streams_through() {
+    fn an_oversize_foreign_osc_streams_through_verbatim() {
         let mut p = OutputParser::new(NONCE.into());
         let mut out = Vec::new();
         let mut expected = b"\x1b]1337;File=x:".to_vec();
@@ -1096,7 +1096,7 @@ mod tests {
     }
 
     #[test]
-    fn t08_semicolons_and_many_fields() {
+    fn semicolons_stay_in_the_command_line_and_only_the_last_field_is_the_nonce() {
         let ev = check_splits(osc633(&format!("E;a;b;c;{NONCE}")).as_bytes());
         assert_eq!(
             marks_of(&ev),
@@ -1126,7 +1126,7 @@ mod tests {
     }
 
     #[test]
-    fn t09_escapes_one_pass() {
+    fn command_line_escapes_are_decoded_in_one_pass() {
         let cases = [
             ("E;echo\\x20a\\x3bb", "echo a;b"),
             ("E;a\\\\x3bb", "a\\x3bb"),
@@ -1162,7 +1162,7 @@ mod tests {
     }
 
     #[test]
-    fn t10_exit_codes() {
+    fn exit_codes_are_32_bit_integers_or_absent() {
         let cases: [(&str, Option<i64>); 7] = [
             ("D", None),
             ("D;130", Some(130)),
@@ -1186,7 +1186,7 @@ mod tests {
     }
 
     #[test]
-    fn t11_osc7_and_cwd_properties() {
+    fn osc7_and_cwd_reports_become_paths() {
         let cases = [
             (
                 "\x1b]7;file://myhost/home/u/My%20Dir/%E2%9C%93\x1b\\",
@@ -1209,7 +1209,7 @@ mod tests {
     }
 
     #[test]
-    fn t12_titles() {
+    fn titles_are_sanitized_capped_and_passed_through() {
         let input = b"\x1b]0;quote\" back\\ ctl\x01 bad\xff\x07";
         let ev = check_splits(input);
         assert_eq!(
