@@ -30,10 +30,11 @@ pub mod validate;
 mod versions;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Instant;
 
 use ahp_types::state::{RootState, Snapshot, SnapshotState, TerminalState};
+use parking_lot::{Mutex, MutexGuard};
 use tokio_tungstenite::tungstenite::Utf8Bytes;
 
 use crate::config::Config;
@@ -169,13 +170,10 @@ impl Host {
         })
     }
 
+    /// The store's one lock. It does not poison: a panic while holding it cannot leave the
+    /// state half-reduced in a way that is worse than stopping, so the daemon keeps serving.
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        // A panic while holding the lock cannot leave the state half-reduced in a way that is
-        // worse than stopping; keep serving.
-        match self.inner.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        }
+        self.inner.lock()
     }
 
     /// Most entries accepted in `initialSubscriptions` and `reconnect.subscriptions`: twice

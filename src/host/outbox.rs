@@ -19,7 +19,9 @@
 //!   its last update has been written ([`OutboxRef::wake_when_written`]). Nothing else wakes.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
@@ -162,7 +164,7 @@ impl Outbox {
             return;
         }
         if queued > HIGH_WATERMARK_BYTES && !shared.congested.load(Ordering::Acquire) {
-            let mut flow = lock(&shared.flow);
+            let mut flow = shared.flow.lock();
             if flow.congested_since.is_none()
                 && shared.queued.load(Ordering::Acquire) > HIGH_WATERMARK_BYTES
             {
@@ -190,7 +192,7 @@ impl Outbox {
     /// more is queued; terminals waiting for it are woken.
     pub fn kill(&self, code: u16, reason: impl Into<String>) {
         let shared = &self.watch.shared;
-        *lock(&shared.kill_frame) = Some((code, reason.into()));
+        *shared.kill_frame.lock() = Some((code, reason.into()));
         shared.killed.store(true, Ordering::Release);
         shared.kill.notify_one();
         self.watch.release_waiters();
@@ -257,7 +259,7 @@ impl OutboxRef {
 
     /// Runs `f` on the congestion state under its lock.
     pub(super) fn with_flow<R>(&self, f: impl FnOnce(&FlowState) -> R) -> R {
-        f(&lock(&self.shared.flow))
+        f(&self.shared.flow.lock())
     }
 
     /// Registers `wake` to be notified once this connection's congestion episode ends (or it
@@ -268,7 +270,7 @@ impl OutboxRef {
         wake: &Arc<Notify>,
         f: impl FnOnce(&FlowState) -> R,
     ) -> Option<R> {
-        let mut flow = lock(&self.shared.flow);
+        let mut flow = self.shared.flow.lock();
         flow.congested_since?;
         if self.is_killed() {
             return None;
@@ -286,7 +288,7 @@ impl OutboxRef {
         if self.is_written(ticket) {
             return false;
         }
-        let mut flow = lock(&self.shared.flow);
+        let mut flow = self.shared.flow.lock();
         match flow
             .written_waiters
             .iter_mut()
@@ -310,7 +312,7 @@ impl OutboxRef {
         if self.is_lagging() {
             return;
         }
-        let mut flow = lock(&self.shared.flow);
+        let mut flow = self.shared.flow.lock();
         if flow.congested_since.is_none() || flow.lagging_since.is_some() {
             return;
         }
@@ -332,7 +334,7 @@ impl OutboxRef {
 
     /// Wakes every registered terminal (the connection is going away).
     fn release_waiters(&self) {
-        let mut flow = lock(&self.shared.flow);
+        let mut flow = self.shared.flow.lock();
         let drain = std::mem::take(&mut flow.drain_waiters);
         let written = std::mem::take(&mut flow.written_waiters);
         drop(flow);
@@ -344,7 +346,7 @@ impl OutboxRef {
     /// Wakes the terminals whose ticket has been written.
     fn fire_written(&self) {
         let done = self.shared.written_total.load(Ordering::Acquire);
-        let mut flow = lock(&self.shared.flow);
+        let mut flow = self.shared.flow.lock();
         let mut fired = Vec::new();
         flow.written_waiters.retain(|(t, w)| {
             if *t <= done {
@@ -389,7 +391,7 @@ impl OutboxReceiver {
         let before = shared.queued.fetch_sub(bytes, Ordering::AcqRel);
         let after = before.saturating_sub(bytes);
         if after <= LOW_WATERMARK_BYTES && shared.congested.load(Ordering::Acquire) {
-            let mut flow = lock(&shared.flow);
+            let mut flow = shared.flow.lock();
             if flow.congested_since.is_some()
                 && shared.queued.load(Ordering::Acquire) <= LOW_WATERMARK_BYTES
             {
@@ -447,18 +449,11 @@ impl KillSignal {
     pub async fn killed(&self) -> (u16, String) {
         loop {
             let notified = self.shared.kill.notified();
-            if let Some(frame) = lock(&self.shared.kill_frame).clone() {
+            if let Some(frame) = self.shared.kill_frame.lock().clone() {
                 return frame;
             }
             notified.await;
         }
-    }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    match m.lock() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
     }
 }
 

@@ -233,7 +233,7 @@ pub async fn serve<S>(
         }
     };
     let accepted = tokio::time::timeout_at(deadline, async move {
-        let stream = super::prefixed::fix_request_line(stream)
+        let stream = super::request_line::fix_request_line(stream)
             .await
             .map_err(tokio_tungstenite::tungstenite::Error::Io)?;
         tokio_tungstenite::accept_hdr_async_with_config(stream, callback, Some(config)).await

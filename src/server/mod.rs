@@ -7,53 +7,11 @@
 //! Security decisions live in [`auth`] (token, start-up checks), [`upgrade`] (Origin, Host),
 //! [`unix`] (socket file, peer uid) and [`tls`]; docs/security.md explains them.
 
-/// Implements `tokio::io::AsyncWrite` for a stream wrapper `$ty<S>` by passing every call to
-/// its `inner` field (the wrappers here only change how the stream is read).
-macro_rules! delegate_async_write {
-    ($ty:ident) => {
-        impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for $ty<S> {
-            fn poll_write(
-                mut self: std::pin::Pin<&mut Self>,
-                cx: &mut std::task::Context<'_>,
-                buf: &[u8],
-            ) -> std::task::Poll<std::io::Result<usize>> {
-                std::pin::Pin::new(&mut self.inner).poll_write(cx, buf)
-            }
-
-            fn poll_flush(
-                mut self: std::pin::Pin<&mut Self>,
-                cx: &mut std::task::Context<'_>,
-            ) -> std::task::Poll<std::io::Result<()>> {
-                std::pin::Pin::new(&mut self.inner).poll_flush(cx)
-            }
-
-            fn poll_shutdown(
-                mut self: std::pin::Pin<&mut Self>,
-                cx: &mut std::task::Context<'_>,
-            ) -> std::task::Poll<std::io::Result<()>> {
-                std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
-            }
-
-            fn poll_write_vectored(
-                mut self: std::pin::Pin<&mut Self>,
-                cx: &mut std::task::Context<'_>,
-                bufs: &[std::io::IoSlice<'_>],
-            ) -> std::task::Poll<std::io::Result<usize>> {
-                std::pin::Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
-            }
-
-            fn is_write_vectored(&self) -> bool {
-                self.inner.is_write_vectored()
-            }
-        }
-    };
-}
-
 pub mod auth;
 pub mod connection;
 pub mod fdlimit;
 pub mod pending;
-pub mod prefixed;
+pub mod request_line;
 pub mod tls;
 pub mod unix;
 pub mod upgrade;

@@ -14,7 +14,9 @@
 //! a flood cheap (a pty read is at most about 4 KiB).
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::Arc;
+
+use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use tokio::sync::mpsc::error::{SendError, TryRecvError};
 use tokio::sync::Notify;
@@ -139,10 +141,7 @@ struct Shared {
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
-        match self.state.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        }
+        self.state.lock()
     }
 }
 
@@ -190,10 +189,7 @@ impl EventSender {
         let mut s = self.shared.lock();
         while is_output && s.receiver && s.bytes >= self.shared.capacity {
             s.blocked += 1;
-            s = match self.shared.room.wait(s) {
-                Ok(g) => g,
-                Err(p) => p.into_inner(),
-            };
+            self.shared.room.wait(&mut s);
             s.blocked -= 1;
         }
         if !s.receiver {
