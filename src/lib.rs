@@ -8,6 +8,7 @@
 //! the official `ahp` client.
 
 pub mod client;
+pub mod codec;
 pub mod config;
 pub mod host;
 pub mod rpc;

@@ -19,6 +19,7 @@
 mod actions;
 pub mod catalog;
 pub mod channel;
+pub mod error;
 mod flow;
 pub mod history;
 pub mod outbox;
@@ -35,13 +36,12 @@ use std::time::Instant;
 
 use ahp_types::state::{RootState, Snapshot, SnapshotState, TerminalState};
 use parking_lot::{Mutex, MutexGuard};
-use tokio_tungstenite::tungstenite::Utf8Bytes;
 
+use crate::codec::{Frame, Wire};
 use crate::config::Config;
-use crate::rpc::error::RpcError;
-use crate::rpc::version::Wire;
 use crate::terminal::{shell_integration, PtyProcess};
 use channel::ChannelKind;
+pub use error::{ErrorKind, HostError};
 pub use flow::{CLOSE_LAGGING, CLOSE_STALLED};
 use history::History;
 pub use outbox::{Outbox, OutboxReceiver, Outgoing};
@@ -99,12 +99,12 @@ struct ConnEntry {
     subscriptions: HashSet<String>,
     /// `Some` while an answer to this connection is being encoded outside the lock (see
     /// [`Host::answer`]): envelopes for it wait here, in order, and follow the answer.
-    held: Option<Vec<Utf8Bytes>>,
+    held: Option<Vec<Frame>>,
 }
 
 impl ConnEntry {
     /// Queues a message for the socket, behind an answer being encoded if there is one.
-    fn deliver(&mut self, text: Utf8Bytes) {
+    fn deliver(&mut self, text: Frame) {
         match &mut self.held {
             Some(held) => held.push(text),
             None => self.outbox.send(text),
@@ -258,19 +258,39 @@ impl Host {
         out
     }
 
-    /// Completes `initialize`: records the client id, subscribes the connection to every
-    /// known channel of `subscriptions` (distinct entries, see [`validate::channel_list`];
-    /// unknown ones are left out), and queues the response built by
+    /// Checks the `clientId` and channel list a handshake presents (`initialize`,
+    /// `reconnect`): an id of at most [`validate::MAX_ID_BYTES`], at most
+    /// [`Host::max_channel_list`] entries of at most [`validate::MAX_URI_BYTES`] each. Returns
+    /// the distinct entries, in order. Errors: invalid params naming the field.
+    fn check_handshake<'a>(
+        &self,
+        client_id: &str,
+        field: &str,
+        channels: &'a [String],
+    ) -> Result<Vec<&'a str>, HostError> {
+        validate::check_len("clientId", client_id, validate::MAX_ID_BYTES)
+            .and_then(|()| validate::channel_list(field, channels, self.max_channel_list()))
+            .map_err(HostError::invalid_params)
+    }
+
+    /// Completes `initialize` for a connection that negotiated `wire`: checks the client id and
+    /// `initialSubscriptions` (see `check_handshake`; nothing happens on an error), records
+    /// both, subscribes the connection to every known channel of `subscriptions` (distinct
+    /// entries; unknown ones are left out), and queues the response built by
     /// `respond(serverSeq, snapshots)`, atomically with respect to `serverSeq` (the response
     /// is encoded outside the lock).
     pub fn initialize(
         &self,
         conn: ConnId,
         client_id: String,
-        subscriptions: &[&str],
+        subscriptions: &[String],
+        wire: Wire,
         respond: impl FnOnce(i64, Vec<Snapshot>) -> String,
-    ) {
-        let exists = self.existing(subscriptions);
+    ) -> Result<(), HostError> {
+        let subscriptions =
+            self.check_handshake(&client_id, "initialSubscriptions", subscriptions)?;
+        self.set_wire(conn, &client_id, wire);
+        let exists = self.existing(&subscriptions);
         let mut inner = self.lock();
         inner.set_client(conn, client_id);
         let mut snapshots = Vec::new();
@@ -286,18 +306,20 @@ impl Host {
         }
         let seq = inner.server_seq as i64;
         self.answer(inner, conn, || respond(seq, snapshots));
+        Ok(())
     }
 
     /// `subscribe`: takes the snapshot, registers the subscription and queues the response
     /// built by `respond`, atomically with respect to `serverSeq`.
     ///
-    /// Errors: a session/chat URI → -32001; an unknown terminal or an unserved reserved
-    /// scheme → -32008; not an absolute URI → -32602.
+    /// Errors (decision D2): a session/chat URI → session not found (-32001); an unknown
+    /// terminal or an unserved reserved scheme → not found (-32008); not an absolute URI →
+    /// invalid params (-32602).
     pub fn subscribe(
         &self,
         conn: ConnId,
         channel: &str,
-        respond: impl FnOnce(Result<Snapshot, RpcError>) -> String,
+        respond: impl FnOnce(Result<Snapshot, HostError>) -> String,
     ) {
         let kind = channel::classify(channel);
         let mut inner = self.lock();
@@ -398,12 +420,12 @@ impl Inner {
 
     /// Whether `conn` is still registered and may hold one more subscription (re-subscribing to
     /// a channel it already has is always allowed).
-    fn check_room(&self, conn: ConnId, channel: &str) -> Result<(), RpcError> {
+    fn check_room(&self, conn: ConnId, channel: &str) -> Result<(), HostError> {
         let Some(c) = self.connections.get(&conn) else {
-            return Err(RpcError::internal("this connection is closing"));
+            return Err(HostError::internal("this connection is closing"));
         };
         if c.subscriptions.len() >= self.max_subscriptions && !c.subscriptions.contains(channel) {
-            return Err(RpcError::internal(format!(
+            return Err(HostError::internal(format!(
                 "subscription limit reached: a connection may hold at most {} subscriptions \
                  (--max-subscriptions)",
                 self.max_subscriptions
@@ -452,38 +474,38 @@ impl Inner {
 
     /// Subscribes `conn` to an existing channel of the given kind ([`channel::classify`],
     /// done by the caller outside the lock) and returns its snapshot. Errors: see
-    /// [`Host::subscribe`]; also -32603 when the connection is at its subscription limit or
-    /// is gone (e.g. superseded by a reconnect).
+    /// [`Host::subscribe`]; also internal (-32603) when the connection is at its subscription
+    /// limit or is gone (e.g. superseded by a reconnect).
     fn subscribe(
         &mut self,
         conn: ConnId,
         channel: &str,
         kind: ChannelKind,
-    ) -> Result<Snapshot, RpcError> {
+    ) -> Result<Snapshot, HostError> {
         self.check_room(conn, channel)?;
         match kind {
             ChannelKind::Root => {
                 self.add_subscriber(conn, channel);
             }
-            ChannelKind::Session => return Err(RpcError::session_not_found(channel)),
+            ChannelKind::Session => return Err(HostError::session_not_found(channel)),
             ChannelKind::ReservedOther => {
-                return Err(RpcError::not_found(format!(
+                return Err(HostError::not_found(format!(
                     "channel not served by ahpty: {channel}"
                 )))
             }
             ChannelKind::Invalid(msg) => {
-                return Err(RpcError::invalid_params(format!("channel: {msg}")))
+                return Err(HostError::invalid_params(format!("channel: {msg}")))
             }
             ChannelKind::Terminal => {
                 if !self.add_subscriber(conn, channel) {
-                    return Err(RpcError::not_found(format!(
+                    return Err(HostError::not_found(format!(
                         "terminal not found: {channel}"
                     )));
                 }
             }
         }
         self.snapshot(channel)
-            .ok_or_else(|| RpcError::not_found(format!("channel not found: {channel}")))
+            .ok_or_else(|| HostError::not_found(format!("channel not found: {channel}")))
     }
 
     fn next_seq(&mut self) -> u64 {

@@ -25,16 +25,16 @@ use parking_lot::Mutex;
 
 use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
-use tokio_tungstenite::tungstenite::Utf8Bytes;
 
 use super::flow::Flow;
 pub use super::flow::{HARD_LIMIT_BYTES, HIGH_WATERMARK_BYTES, LOW_WATERMARK_BYTES};
+use crate::codec::Frame;
 
 /// One message for the socket.
 #[derive(Debug, Clone)]
 pub enum Outgoing {
     /// A complete JSON-RPC message, sent as one text frame.
-    Text(Utf8Bytes),
+    Text(Frame),
     /// Send a close frame with this code and reason, then stop.
     Close {
         /// WebSocket close code (e.g. 1000, 1001).
@@ -146,7 +146,7 @@ impl Outbox {
     }
 
     /// Queues a message; silently dropped if the connection is gone or being closed.
-    pub fn send(&self, text: impl Into<Utf8Bytes>) {
+    pub fn send(&self, text: impl Into<Frame>) {
         let shared = &*self.watch.shared;
         if shared.killed.load(Ordering::Acquire) {
             return;

@@ -11,10 +11,8 @@ use ahp_types::commands::{ReconnectResult, ReconnectSnapshotResult};
 
 use super::channel::{self, ChannelKind};
 use super::history::Entry;
-use super::{ConnId, Host, Inner};
-use crate::rpc::error::RpcError;
-use crate::rpc::frame;
-use crate::rpc::version::{self, Wire};
+use super::{ConnId, Host, HostError, Inner};
+use crate::codec::{self, version, Wire};
 use crate::terminal::PtyProcess;
 
 /// Largest `reconnect` replay, in bytes of encoded envelopes; a longer one is answered with
@@ -129,10 +127,12 @@ impl RecentClients {
 impl Host {
     /// `reconnect` (docs/protocol.md, "`reconnect`"): resumes `client_id` on this connection.
     ///
-    /// A `clientId` that never presented itself to this daemon (e.g. one from before a
-    /// restart, whose `last_seen` belongs to another process's sequence) cannot be resumed:
-    /// the answer is -32008, nothing changes, and the client is expected to `initialize`
-    /// (as VS Code and the `ahp` runtime do); the return value is then `None`.
+    /// The `clientId` and `subscriptions` are checked first as for `initialize` (an error is
+    /// returned and nothing happens). A `clientId` that never presented itself to this daemon
+    /// (e.g. one from before a restart, whose `last_seen` belongs to another process's
+    /// sequence) cannot be resumed: the answer is not found (-32008), nothing changes, and the
+    /// client is expected to `initialize` (as VS Code and the `ahp` runtime do); the return
+    /// value is then `Ok(None)`.
     ///
     /// Otherwise, any other live connection of the same `clientId` is closed first (code
     /// [`CLOSE_SUPERSEDED`]) and loses its subscriptions. If every requested channel that still
@@ -150,20 +150,21 @@ impl Host {
         conn: ConnId,
         client_id: String,
         last_seen: i64,
-        subscriptions: &[&str],
-        respond: impl FnOnce(Result<(&str, Wire), RpcError>) -> String,
-    ) -> Option<Wire> {
+        subscriptions: &[String],
+        respond: impl FnOnce(Result<(&str, Wire), HostError>) -> String,
+    ) -> Result<Option<Wire>, HostError> {
+        let subscriptions = self.check_handshake(&client_id, "subscriptions", subscriptions)?;
         // Which channels exist, looked up outside one long lock hold; re-checked below.
-        let exists = self.existing(subscriptions);
+        let exists = self.existing(&subscriptions);
         let mut inner = self.lock();
         if !inner.seen_clients.contains(&client_id) {
             tracing::info!(conn, %client_id, "reconnect refused: unknown client");
-            let text = respond(Err(RpcError::not_found(format!(
+            let text = respond(Err(HostError::not_found(format!(
                 "reconnect: client {client_id:?} is not known to this ahpty process (it \
                  restarted or forgot the client); call initialize instead"
             ))));
             inner.send(conn, text);
-            return None;
+            return Ok(None);
         }
         let others: Vec<ConnId> = inner
             .connections
@@ -256,13 +257,13 @@ impl Host {
                         .iter()
                         .map(|e| version::envelope_for(e.envelope_json(), wire))
                         .collect();
-                    frame::replay_result(envelopes.iter().map(|e| e.as_ref()), &missing)
+                    codec::replay_result(envelopes.iter().map(|e| e.as_ref()), &missing)
                 }
                 Answer::Snapshot(result) => version::reconnect_result_json(&result, wire),
             };
             respond(Ok((&json, wire)))
         });
-        Some(wire)
+        Ok(Some(wire))
     }
 
     /// Disposes the terminals whose claim holder has had no live connection for longer than

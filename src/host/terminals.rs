@@ -23,16 +23,14 @@ use ahp_types::state::{
     TerminalState,
 };
 use serde_json::Value;
-use tokio_tungstenite::tungstenite::Utf8Bytes;
 
 use super::channel::{self, ChannelKind};
 use super::flow::{Gate, Subscribers};
 use super::history::History;
 use super::outbox::OutboxRef;
-use super::{pump, scrollback, validate, ConnEntry, ConnId, Host, Inner, TerminalEntry};
+use super::{pump, scrollback, validate, ConnEntry, ConnId, Host, HostError, Inner, TerminalEntry};
+use crate::codec::{self, version, Frame};
 use crate::config::{EXE_ENV, HOST_ID_ENV, TERMINAL_ENV};
-use crate::rpc::error::RpcError;
-use crate::rpc::{frame, version};
 use crate::terminal::{
     self, shell_integration, OutputPipeline, PtyEvent, PtyProcess, SpawnRequest,
 };
@@ -53,18 +51,26 @@ fn own_executable() -> Option<std::ffi::OsString> {
 }
 
 impl Host {
-    /// `createTerminal` (docs/protocol.md, "Terminals"): validates, spawns the shell on a new pty, registers the
-    /// terminal and emits `root/terminalsChanged` before returning.
+    /// `createTerminal` (docs/protocol.md, "Terminals"): validates, spawns the shell on a new
+    /// pty, registers the terminal and emits `root/terminalsChanged` before returning.
+    /// `raw_claim` is `params.claim` as the client sent it: its shape is checked on the raw
+    /// JSON too ([`validate::parse_claim`]), as the typed decoder accepts some malformed claims.
     ///
-    /// Errors: -32602 (channel, claim, cwd form or permission, size, a `name` over 4096
-    /// characters; control characters are removed from it), -32010
-    /// (URI exists), -32008 (cwd missing), -32603 (the shell cannot be started — nothing is
-    /// left registered —, the terminal limit, or a connection that is closing).
+    /// Errors: invalid params (-32602: channel, claim, cwd form or permission, size, a `name`
+    /// over 4096 characters; control characters are removed from it), already exists (-32010:
+    /// the URI, decision D1), not found (-32008: the cwd), internal (-32603: the shell cannot be
+    /// started — nothing is left registered —, the terminal limit, a connection that is
+    /// closing).
     pub async fn create_terminal(
         self: &Arc<Self>,
         conn: ConnId,
         params: CreateTerminalParams,
-    ) -> Result<(), RpcError> {
+        raw_claim: Option<&Value>,
+    ) -> Result<(), HostError> {
+        if let Some(raw) = raw_claim {
+            validate::parse_claim(raw)
+                .map_err(|msg| HostError::invalid_params(format!("claim: {msg}")))?;
+        }
         let uri = params.channel.clone();
         channel::check_new_terminal_uri(&uri)?;
         let claim = params.claim.clone();
@@ -77,7 +83,7 @@ impl Host {
         let shell = self.config.shell.clone();
         if let Some(name) = &params.name {
             validate::check_title(name)
-                .map_err(|m| RpcError::invalid_params(format!("name: {m}")))?;
+                .map_err(|m| HostError::invalid_params(format!("name: {m}")))?;
         }
         let title = match &params.name {
             Some(name) => shell_integration::sanitize_title(name),
@@ -86,13 +92,13 @@ impl Host {
         let holder = {
             let mut inner = self.lock();
             if inner.shutting_down {
-                return Err(RpcError::internal("ahpty is shutting down"));
+                return Err(HostError::internal("ahpty is shutting down"));
             }
             if inner.terminals.contains_key(&uri) || inner.reserved.contains(&uri) {
-                return Err(RpcError::already_exists(&uri));
+                return Err(HostError::already_exists(&uri));
             }
             if inner.terminals.len() + inner.reserved.len() >= self.config.max_terminals {
-                return Err(RpcError::internal(format!(
+                return Err(HostError::internal(format!(
                     "terminal limit reached: this host runs at most {} terminals \
                      (--max-terminals); dispose one first",
                     self.config.max_terminals
@@ -104,7 +110,7 @@ impl Host {
                 .get(&conn)
                 .and_then(|c| c.client_id.clone())
             else {
-                return Err(RpcError::internal("this connection is closing"));
+                return Err(HostError::internal("this connection is closing"));
             };
             inner.reserved.insert(uri.clone());
             match &claim {
@@ -140,11 +146,11 @@ impl Host {
             Ok(Err(e)) => {
                 self.lock().reserved.remove(&uri);
                 tracing::warn!(terminal = %uri, error = %e, "cannot start terminal");
-                return Err(RpcError::internal(format!("cannot start the shell: {e}")));
+                return Err(HostError::internal(format!("cannot start the shell: {e}")));
             }
             Err(e) => {
                 self.lock().reserved.remove(&uri);
-                return Err(RpcError::internal(format!("cannot start the shell: {e}")));
+                return Err(HostError::internal(format!("cannot start the shell: {e}")));
             }
         };
         let wake = Arc::new(tokio::sync::Notify::new());
@@ -194,7 +200,7 @@ impl Host {
         };
         let Some(id) = id else {
             self.kill(process).await;
-            return Err(RpcError::internal("ahpty is shutting down"));
+            return Err(HostError::internal("ahpty is shutting down"));
         };
         tracing::info!(terminal = %uri, pid = process.pid(), shell = %shell.display(), "terminal created");
         tokio::spawn(pump::run(self.clone(), uri, id, events, wake));
@@ -242,18 +248,19 @@ impl Host {
     /// `disposeTerminal` (docs/protocol.md, "`disposeTerminal`"), first half: removes the terminal (no more actions on
     /// its channel; its URI is free again) and emits `root/terminalsChanged`. The caller then
     /// kills its processes with [`Host::kill`] before answering.
-    /// Errors: unknown terminal → -32008; session/chat URI → -32001; not a URI → -32602.
-    pub fn remove_terminal(&self, uri: &str) -> Result<Arc<PtyProcess>, RpcError> {
+    /// Errors (decision D2): unknown terminal → not found (-32008); session/chat URI → session
+    /// not found (-32001); not a URI → invalid params (-32602).
+    pub fn remove_terminal(&self, uri: &str) -> Result<Arc<PtyProcess>, HostError> {
         let mut inner = self.lock();
         match channel::classify(uri) {
-            ChannelKind::Session => return Err(RpcError::session_not_found(uri)),
+            ChannelKind::Session => return Err(HostError::session_not_found(uri)),
             ChannelKind::Invalid(msg) => {
-                return Err(RpcError::invalid_params(format!("channel: {msg}")))
+                return Err(HostError::invalid_params(format!("channel: {msg}")))
             }
             _ => {}
         }
         let Some(entry) = inner.remove_terminal(uri) else {
-            return Err(RpcError::not_found(format!("terminal not found: {uri}")));
+            return Err(HostError::not_found(format!("terminal not found: {uri}")));
         };
         tracing::info!(terminal = %uri, pid = entry.process.pid(), "terminal disposed");
         Ok(entry.process)
@@ -377,9 +384,9 @@ impl Inner {
             origin,
             rejection_reason: None,
         };
-        let text: Utf8Bytes = match encoded {
-            Some(action_json) => frame::action_encoded(&envelope, &action_json),
-            None => frame::action(&envelope),
+        let text: Frame = match encoded {
+            Some(action_json) => codec::action_encoded(&envelope, &action_json),
+            None => codec::action(&envelope),
         }
         .into();
         fan_out(
@@ -440,7 +447,7 @@ impl Inner {
             }
         }
         t.add_content(added, cap);
-        let text: Utf8Bytes = frame::data_action(uri, seq, &pieces).into();
+        let text: Frame = codec::data_action(uri, seq, &pieces).into();
         fan_out(&mut self.connections, &t.subscribers, None, &text);
         t.history.push(seq, text, None);
     }
@@ -497,7 +504,7 @@ impl Inner {
             origin: None,
             rejection_reason: None,
         };
-        let text: Utf8Bytes = frame::action_encoded(&envelope, &action_json).into();
+        let text: Frame = codec::action_encoded(&envelope, &action_json).into();
         fan_out(
             &mut self.connections,
             &self.root_subscribers,
@@ -528,7 +535,7 @@ fn fan_out<'a>(
     connections: &mut HashMap<ConnId, ConnEntry>,
     subscribers: impl IntoIterator<Item = &'a ConnId>,
     envelope: Option<&ActionEnvelope>,
-    text: &Utf8Bytes,
+    text: &Frame,
 ) {
     let mut encodings = envelope.map(|e| version::Encodings::new(e, text));
     for c in subscribers {
@@ -555,11 +562,11 @@ fn terminals_changed_json<'a>(rows: impl Iterator<Item = &'a str>) -> String {
     out
 }
 
-fn size_param(name: &str, value: Option<i64>, default: u16) -> Result<u16, RpcError> {
+fn size_param(name: &str, value: Option<i64>, default: u16) -> Result<u16, HostError> {
     match value {
         None => Ok(default),
         Some(v) => {
-            validate::dimension_value(name, &Value::from(v)).map_err(RpcError::invalid_params)
+            validate::dimension_value(name, &Value::from(v)).map_err(HostError::invalid_params)
         }
     }
 }

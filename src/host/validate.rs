@@ -228,7 +228,7 @@ pub fn parse_claim(raw: &Value) -> Result<TerminalClaim, String> {
         Some(k) => {
             return Err(format!(
                 "claim.kind {:?} is neither \"client\" nor \"session\"",
-                crate::rpc::error::clip(k.to_string(), 64)
+                crate::codec::clip(k.to_string(), 64)
             ))
         }
         None => return Err("claim.kind must be \"client\" or \"session\"".into()),

@@ -8,13 +8,16 @@
 //! [`unix`] (socket file, peer uid) and [`tls`]; docs/security.md explains them.
 
 pub mod auth;
-pub mod connection;
+mod connection;
 pub mod fdlimit;
+mod handshake;
 pub mod pending;
+mod reader;
 pub mod request_line;
 pub mod tls;
 pub mod unix;
 pub mod upgrade;
+mod writer;
 
 use std::future::Future;
 
@@ -334,7 +337,7 @@ impl Server {
                         let ctx = self.ctx.clone();
                         match (accepted, &self.listeners[i]) {
                             (Accepted::Tcp(stream, peer), Listener::Tcp { tls, policy, .. }) => {
-                                connections.spawn(connection::handle_tcp(
+                                connections.spawn(handshake::handle_tcp(
                                     stream,
                                     peer,
                                     ctx,
@@ -344,7 +347,7 @@ impl Server {
                                 ));
                             }
                             (Accepted::Unix(stream, uid), Listener::Unix { policy, .. }) => {
-                                connections.spawn(connection::handle_unix(
+                                connections.spawn(handshake::handle_unix(
                                     stream,
                                     uid,
                                     ctx,
