@@ -10,7 +10,7 @@ use ahpty::config::Config;
 use ahpty::host::{Host, Outgoing};
 use ahpty::rpc::frame::{parse, Incoming};
 use ahpty::rpc::{Next, RpcConnection};
-use ahpty::terminal::shell_integration::{OutputEvent, OutputParser};
+use ahpty::terminal::shell_integration::{OutputParser, Parsed};
 use proptest::prelude::*;
 use serde_json::{json, Map, Value};
 
@@ -373,8 +373,8 @@ fn run_parser(chunks: &[&[u8]]) -> (String, usize) {
     let mut marks = 0;
     for e in out {
         match e {
-            OutputEvent::Text(t) => text.push_str(&t),
-            OutputEvent::Mark(_) => marks += 1,
+            Parsed::Text(t) => text.push_str(&t),
+            Parsed::Mark(_) => marks += 1,
         }
     }
     (text, marks)
@@ -449,7 +449,7 @@ fn parser_bounded_on_endless_sequences() {
     let text: String = out
         .iter()
         .filter_map(|e| match e {
-            OutputEvent::Text(t) => Some(t.as_str()),
+            Parsed::Text(t) => Some(t.as_str()),
             _ => None,
         })
         .collect();

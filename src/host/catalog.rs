@@ -82,7 +82,7 @@ impl Host {
             .terminals
             .iter()
             .map(|(uri, t)| TerminalSummary {
-                id: t.id,
+                id: t.serial,
                 resource: uri.clone(),
                 title: t.state.title.clone(),
                 claim: t.state.claim.clone(),

@@ -343,10 +343,10 @@ impl Host {
         Outbox::new(self.flow.clone())
     }
 
-    /// The gate of terminal `id` at `uri`; `None` if it is gone.
-    pub(crate) fn gate(&self, uri: &str, id: u64) -> Option<Gate> {
+    /// The gate of the terminal at `uri` numbered `serial`; `None` if it is gone.
+    pub(crate) fn gate(&self, uri: &str, serial: u64) -> Option<Gate> {
         let inner = self.lock();
-        inner.terminals.get(uri).filter(|t| t.id == id)?;
+        inner.terminals.get(uri).filter(|t| t.serial == serial)?;
         inner.gate(uri)
     }
 

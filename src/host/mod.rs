@@ -75,8 +75,8 @@ struct Inner {
     /// The `clientId`s that presented themselves recently (bounded in count and age): only
     /// those can be resumed by replay (another daemon's `serverSeq` means nothing here).
     seen_clients: resume::RecentClients,
-    /// URIs whose `createTerminal` is spawning the process.
-    reserved: HashSet<String>,
+    /// URIs whose `createTerminal` is spawning the shell: taken, though not yet terminals.
+    spawning: HashSet<String>,
     /// Most subscriptions per connection (`--max-subscriptions`).
     max_subscriptions: usize,
     /// Retained content per terminal, in bytes (`--scrollback-bytes`).
@@ -85,7 +85,8 @@ struct Inner {
     flow: Arc<flow::Flow>,
     connections: HashMap<ConnId, ConnEntry>,
     next_conn: ConnId,
-    next_terminal: u64,
+    /// The [`TerminalEntry::serial`] of the next terminal created.
+    next_serial: u64,
     shutting_down: bool,
 }
 
@@ -113,8 +114,11 @@ impl ConnEntry {
 }
 
 struct TerminalEntry {
-    /// Distinguishes a terminal from a later one created under the same URI.
-    id: u64,
+    /// The daemon's number for this terminal: 1 for the first created since start, then
+    /// increasing, never reused. It orders the catalogue, is the `id` of
+    /// `ahpty/listTerminals`, and tells this terminal from a later one created under the same
+    /// URI (a pump whose terminal was disposed finds another serial there and stops).
+    serial: u64,
     state: TerminalState,
     subscribers: flow::Subscribers,
     process: Arc<PtyProcess>,
@@ -158,13 +162,13 @@ impl Host {
                     resume::MAX_REMEMBERED_CLIENTS,
                     resume::REMEMBER_CLIENTS_FOR,
                 ),
-                reserved: HashSet::new(),
+                spawning: HashSet::new(),
                 max_subscriptions: config.max_subscriptions,
                 scrollback_bytes: config.scrollback_bytes,
                 flow,
                 connections: HashMap::new(),
                 next_conn: 1,
-                next_terminal: 1,
+                next_serial: 1,
                 shutting_down: false,
             }),
         })

@@ -32,7 +32,7 @@ use super::{pump, scrollback, validate, ConnEntry, ConnId, Host, HostError, Inne
 use crate::codec::{self, version, Frame};
 use crate::config::{EXE_ENV, HOST_ID_ENV, TERMINAL_ENV};
 use crate::terminal::{
-    self, shell_integration, OutputPipeline, PtyEvent, PtyProcess, SpawnRequest,
+    self, shell_integration, OutputItem, OutputPipeline, PtyProcess, SpawnRequest,
 };
 
 /// Largest `data` of one `terminal/data` envelope, in bytes; longer output is split on
@@ -94,10 +94,10 @@ impl Host {
             if inner.shutting_down {
                 return Err(HostError::internal("ahpty is shutting down"));
             }
-            if inner.terminals.contains_key(&uri) || inner.reserved.contains(&uri) {
+            if inner.terminals.contains_key(&uri) || inner.spawning.contains(&uri) {
                 return Err(HostError::already_exists(&uri));
             }
-            if inner.terminals.len() + inner.reserved.len() >= self.config.max_terminals {
+            if inner.terminals.len() + inner.spawning.len() >= self.config.max_terminals {
                 return Err(HostError::internal(format!(
                     "terminal limit reached: this host runs at most {} terminals \
                      (--max-terminals); dispose one first",
@@ -112,7 +112,7 @@ impl Host {
             else {
                 return Err(HostError::internal("this connection is closing"));
             };
-            inner.reserved.insert(uri.clone());
+            inner.spawning.insert(uri.clone());
             match &claim {
                 TerminalClaim::Client(c) => c.client_id.clone(),
                 TerminalClaim::Session(_) => me,
@@ -144,21 +144,21 @@ impl Host {
         let (process, events) = match started {
             Ok(Ok(x)) => x,
             Ok(Err(e)) => {
-                self.lock().reserved.remove(&uri);
+                self.lock().spawning.remove(&uri);
                 tracing::warn!(terminal = %uri, error = %e, "cannot start terminal");
                 return Err(HostError::internal(format!("cannot start the shell: {e}")));
             }
             Err(e) => {
-                self.lock().reserved.remove(&uri);
+                self.lock().spawning.remove(&uri);
                 return Err(HostError::internal(format!("cannot start the shell: {e}")));
             }
         };
         let wake = Arc::new(tokio::sync::Notify::new());
-        let id = {
+        let serial = {
             let mut inner = self.lock();
-            inner.reserved.remove(&uri);
-            let id = inner.next_terminal;
-            inner.next_terminal += 1;
+            inner.spawning.remove(&uri);
+            let serial = inner.next_serial;
+            inner.next_serial += 1;
             // Envelopes of this terminal all come after this point (see `History`).
             let floor = inner.server_seq;
             let state = TerminalState {
@@ -175,7 +175,7 @@ impl Host {
             inner.terminals.insert(
                 uri.clone(),
                 TerminalEntry {
-                    id,
+                    serial,
                     state,
                     subscribers: Subscribers::new(wake.clone()),
                     process: process.clone(),
@@ -195,15 +195,15 @@ impl Host {
                 inner.terminals.remove(&uri);
                 None
             } else {
-                Some(id)
+                Some(serial)
             }
         };
-        let Some(id) = id else {
+        let Some(serial) = serial else {
             self.kill(process).await;
             return Err(HostError::internal("ahpty is shutting down"));
         };
         tracing::info!(terminal = %uri, pid = process.pid(), shell = %shell.display(), "terminal created");
-        tokio::spawn(pump::run(self.clone(), uri, id, events, wake));
+        tokio::spawn(pump::run(self.clone(), uri, serial, events, wake));
         Ok(())
     }
 
@@ -273,27 +273,27 @@ impl Host {
         let _ = tokio::task::spawn_blocking(move || process.kill_session(grace)).await;
     }
 
-    /// Output of terminal `id` at `uri`, in stream order (called by the terminal's pump).
+    /// Output of the terminal at `uri` numbered `serial`, in stream order (called by the terminal's pump).
     /// Fills `in_flight` with each subscriber's queue and a ticket that is written once this
     /// update has reached that subscriber's socket (see [`OutboxRef::is_written`]), and returns
     /// the terminal's gate for what follows; `None` if the terminal is gone.
     pub(super) fn apply_output(
         &self,
         uri: &str,
-        id: u64,
-        events: Vec<PtyEvent>,
+        serial: u64,
+        events: Vec<OutputItem>,
         in_flight: &mut Vec<(OutboxRef, u64)>,
     ) -> Option<Gate> {
         in_flight.clear();
         let mut inner = self.lock();
-        if inner.terminals.get(uri).is_none_or(|t| t.id != id) {
+        if inner.terminals.get(uri).is_none_or(|t| t.serial != serial) {
             return None;
         }
         let mut pieces = Vec::with_capacity(events.len());
         for ev in events {
             match ev {
-                PtyEvent::Data(d) => pieces.push(d),
-                PtyEvent::Action(a) => {
+                OutputItem::Data(d) => pieces.push(d),
+                OutputItem::Action(a) => {
                     inner.emit_data(uri, std::mem::take(&mut pieces));
                     inner.apply_server_action(uri, *a);
                 }
@@ -309,10 +309,10 @@ impl Host {
         inner.gate(uri)
     }
 
-    /// The process of terminal `id` exited: `terminal/exited`, then the root update.
-    pub(super) fn apply_exited(&self, uri: &str, id: u64, exit_code: Option<i64>) {
+    /// The process of the terminal at `uri` numbered `serial` exited: `terminal/exited`, then the root update.
+    pub(super) fn apply_exited(&self, uri: &str, serial: u64, exit_code: Option<i64>) {
         let mut inner = self.lock();
-        if inner.terminals.get(uri).is_none_or(|t| t.id != id) {
+        if inner.terminals.get(uri).is_none_or(|t| t.serial != serial) {
             return;
         }
         tracing::info!(terminal = %uri, exit_code, "terminal exited");
@@ -487,10 +487,10 @@ impl Inner {
                 let json = t
                     .info_json
                     .get_or_insert_with(|| serde_json::to_string(&info).unwrap_or_default());
-                (t.id, info, json.as_str())
+                (t.serial, info, json.as_str())
             })
             .collect();
-        rows.sort_by_key(|(id, _, _)| *id);
+        rows.sort_by_key(|(serial, _, _)| *serial);
         let action_json = terminals_changed_json(rows.iter().map(|(_, _, json)| *json));
         let action = StateAction::RootTerminalsChanged(RootTerminalsChangedAction {
             terminals: rows.into_iter().map(|(_, info, _)| info).collect(),

@@ -127,7 +127,8 @@ impl Listener {
         }
     }
 
-    fn describe(&self) -> String {
+    /// `ws://ADDR` (`wss://` with TLS) or `unix:PATH`: what `listening on …` prints.
+    fn url(&self) -> String {
         match self {
             Listener::Tcp { addr, tls, .. } => {
                 format!("{}://{addr}", if tls.is_some() { "wss" } else { "ws" })
@@ -174,7 +175,7 @@ impl Server {
                     let listener = listen_tcp(*addr).map_err(|e| {
                         io::Error::new(
                             e.kind(),
-                            format!("cannot listen on {addr}: {}", describe(&e)),
+                            format!("cannot listen on {addr}: {}", bind_error(&e)),
                         )
                     })?;
                     let addr = listener.local_addr()?;
@@ -251,8 +252,8 @@ impl Server {
             .iter()
             .filter_map(|l| match l {
                 Listener::Tcp { .. } => Some(match (&self.token, self.generated_token) {
-                    (Some(t), true) => format!("{}?tkn={}", l.describe(), t.expose()),
-                    _ => l.describe(),
+                    (Some(t), true) => format!("{}?tkn={}", l.url(), t.expose()),
+                    _ => l.url(),
                 }),
                 Listener::Unix { .. } => None,
             })
@@ -264,7 +265,7 @@ impl Server {
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         for l in &self.listeners {
             // Tests and scripts parse `listening on ws://ADDR`: keep this format.
-            tracing::info!("listening on {}", l.describe());
+            tracing::info!("listening on {}", l.url());
         }
         let has_tcp = self
             .listeners
@@ -427,7 +428,8 @@ fn listen_tcp(addr: SocketAddr) -> io::Result<TcpListener> {
     socket.listen(LISTEN_BACKLOG)
 }
 
-fn describe(e: &io::Error) -> String {
+/// Why binding a TCP listener failed, in a few words.
+fn bind_error(e: &io::Error) -> String {
     match e.kind() {
         io::ErrorKind::AddrInUse => "address already in use".into(),
         io::ErrorKind::PermissionDenied => "permission denied".into(),

@@ -1,7 +1,7 @@
 //! Terminals at the OS level: a pty process plus the threads that move its bytes.
 //!
 //! [`start`] spawns the program (see [`process`]), a reader thread that turns pty bytes into
-//! [`PtyEvent`]s through the [`output`] pipeline (UTF-8 assembly, shell-integration marks),
+//! [`OutputItem`]s through the [`output`] pipeline (UTF-8 assembly, shell-integration marks),
 //! and a waiter thread that reports the exit status. Everything arrives, in order, on one
 //! hand-off of [`TerminalEvent`]s bounded in bytes ([`output::channel`]); when it is full the
 //! reader stops reading the pty, so a program that floods output blocks in `write` as in a
@@ -32,24 +32,27 @@ pub const FDS_PER_TERMINAL: u64 = 3;
 /// Size of one pty read, in bytes.
 pub const READ_BUFFER_BYTES: usize = 64 * 1024;
 
-/// One item of pty output, in stream order.
+/// One item of a terminal's output, in stream order: text for `terminal/data`, or an action the
+/// output pipeline derived from shell-integration marks. (The parser's own pieces are
+/// [`shell_integration::Parsed`]; what reaches the host is a [`TerminalEvent`].)
 #[derive(Debug, Clone, PartialEq)]
-pub enum PtyEvent {
+pub enum OutputItem {
     /// Output text: valid UTF-8, shell-integration sequences removed.
     Data(String),
     /// A server-originated terminal action derived from the output (command marks, cwd, title).
     Action(Box<StateAction>),
 }
 
-/// What a running terminal reports to the host.
+/// What a running terminal reports to the host, in order, through its hand-off
+/// ([`output::channel`]): the one event type of the output path.
 #[derive(Debug)]
 pub enum TerminalEvent {
     /// Output of one pty read.
-    Output(Vec<PtyEvent>),
+    Output(Vec<OutputItem>),
     /// The pty reported end of file: every process holding it has exited.
     Eof,
-    /// The program exited with this code (`128 + signal` for a signal death; `None` if
-    /// unknown).
+    /// The program exited with this code (`128 + signal` for a signal death, decision D5;
+    /// `None` if unknown).
     Exited(Option<i64>),
 }
 

@@ -1,4 +1,4 @@
-//! The output pipeline of one terminal: raw pty bytes in, [`PtyEvent`]s out, in stream order,
+//! The output pipeline of one terminal: raw pty bytes in, [`OutputItem`]s out, in stream order,
 //! and the hand-off of those events from the reader thread to the host ([`channel`]).
 //!
 //! Runs on the terminal's reader thread. The shell-integration [`OutputParser`] assembles
@@ -21,8 +21,8 @@ use parking_lot::{Condvar, Mutex, MutexGuard};
 use tokio::sync::mpsc::error::{SendError, TryRecvError};
 use tokio::sync::Notify;
 
-use super::shell_integration::{now_ms, CommandTracker, OutputEvent, OutputParser};
-use super::{PtyEvent, TerminalEvent};
+use super::shell_integration::{now_ms, CommandTracker, OutputParser, Parsed};
+use super::{OutputItem, TerminalEvent};
 
 /// Output bytes that may wait in the hand-off before the reader thread stops reading the pty.
 pub const PENDING_OUTPUT_BYTES: usize = 128 * 1024;
@@ -31,7 +31,7 @@ pub const PENDING_OUTPUT_BYTES: usize = 128 * 1024;
 pub struct OutputPipeline {
     parser: OutputParser,
     tracker: CommandTracker,
-    scratch: Vec<OutputEvent>,
+    scratch: Vec<Parsed>,
 }
 
 impl std::fmt::Debug for OutputPipeline {
@@ -60,7 +60,7 @@ impl OutputPipeline {
     }
 
     /// Processes one read's bytes.
-    pub fn feed(&mut self, bytes: &[u8]) -> Vec<PtyEvent> {
+    pub fn feed(&mut self, bytes: &[u8]) -> Vec<OutputItem> {
         let mut scratch = std::mem::take(&mut self.scratch);
         self.parser.feed(bytes, &mut scratch);
         let out = self.convert(&mut scratch);
@@ -70,7 +70,7 @@ impl OutputPipeline {
 
     /// End of stream: releases anything held back (a dangling partial character becomes
     /// one U+FFFD).
-    pub fn finish(&mut self) -> Vec<PtyEvent> {
+    pub fn finish(&mut self) -> Vec<OutputItem> {
         let mut scratch = std::mem::take(&mut self.scratch);
         self.parser.finish(&mut scratch);
         let out = self.convert(&mut scratch);
@@ -78,18 +78,18 @@ impl OutputPipeline {
         out
     }
 
-    fn convert(&mut self, events: &mut Vec<OutputEvent>) -> Vec<PtyEvent> {
+    fn convert(&mut self, events: &mut Vec<Parsed>) -> Vec<OutputItem> {
         let mut out = Vec::with_capacity(events.len());
         let mut actions = Vec::new();
         for ev in events.drain(..) {
             match ev {
-                OutputEvent::Text(t) => match out.last_mut() {
-                    Some(PtyEvent::Data(d)) => d.push_str(&t),
-                    _ => out.push(PtyEvent::Data(t)),
+                Parsed::Text(t) => match out.last_mut() {
+                    Some(OutputItem::Data(d)) => d.push_str(&t),
+                    _ => out.push(OutputItem::Data(t)),
                 },
-                OutputEvent::Mark(m) => {
+                Parsed::Mark(m) => {
                     self.tracker.on_mark(m, now_ms(), &mut actions);
-                    out.extend(actions.drain(..).map(|a| PtyEvent::Action(Box::new(a))));
+                    out.extend(actions.drain(..).map(|a| OutputItem::Action(Box::new(a))));
                 }
             }
         }
@@ -98,12 +98,12 @@ impl OutputPipeline {
 }
 
 /// Bytes of output text in a batch of events (marks count 0).
-pub fn batch_bytes(batch: &[PtyEvent]) -> usize {
+pub fn batch_bytes(batch: &[OutputItem]) -> usize {
     batch
         .iter()
         .map(|e| match e {
-            PtyEvent::Data(d) => d.len(),
-            PtyEvent::Action(_) => 0,
+            OutputItem::Data(d) => d.len(),
+            OutputItem::Action(_) => 0,
         })
         .sum()
 }
@@ -312,7 +312,7 @@ mod tests {
     use ahp_types::actions::StateAction;
 
     fn data(n: usize) -> TerminalEvent {
-        TerminalEvent::Output(vec![PtyEvent::Data("x".repeat(n))])
+        TerminalEvent::Output(vec![OutputItem::Data("x".repeat(n))])
     }
 
     #[tokio::test]
@@ -377,8 +377,8 @@ mod tests {
         let kinds: Vec<String> = events
             .iter()
             .map(|e| match e {
-                PtyEvent::Data(d) => format!("data:{d}"),
-                PtyEvent::Action(a) => match a.as_ref() {
+                OutputItem::Data(d) => format!("data:{d}"),
+                OutputItem::Action(a) => match a.as_ref() {
                     StateAction::TerminalCommandDetectionAvailable(_) => "available".into(),
                     StateAction::TerminalCommandExecuted(c) => format!("exec:{}", c.command_line),
                     StateAction::TerminalCommandFinished(f) => format!("done:{:?}", f.exit_code),

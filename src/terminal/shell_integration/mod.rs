@@ -14,7 +14,7 @@ pub mod parser;
 pub mod scripts;
 pub mod tracker;
 
-pub use parser::{sanitize_title, Mark, OutputEvent, OutputParser, MAX_OSC_BYTES, MAX_TITLE_CHARS};
+pub use parser::{sanitize_title, Mark, OutputParser, Parsed, MAX_OSC_BYTES, MAX_TITLE_CHARS};
 pub use scripts::{
     new_nonce, prepare, prepare_with_env, remove_script_dir, shell_kind, Injection, ShellKind,
     NONCE_ENV,

@@ -76,7 +76,7 @@ pub enum Mark {
 
 /// One piece of parser output, in stream order.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum OutputEvent {
+pub enum Parsed {
     /// Output for clients: valid UTF-8, never holding a shell-integration sequence, never ending
     /// inside a character.
     Text(String),
@@ -190,10 +190,10 @@ impl OutputParser {
     }
 
     /// Parses the next chunk of pty output and appends events to `out` in stream order.
-    /// Consecutive text is merged into one [`OutputEvent::Text`] per call where possible.
+    /// Consecutive text is merged into one [`Parsed::Text`] per call where possible.
     /// Incomplete UTF-8 tails and unfinished sequences are held (bounded by
     /// [`MAX_OSC_BYTES`]) until later calls or [`finish`](Self::finish).
-    pub fn feed(&mut self, bytes: &[u8], out: &mut Vec<OutputEvent>) {
+    pub fn feed(&mut self, bytes: &[u8], out: &mut Vec<Parsed>) {
         let mut i = 0;
         while i < bytes.len() {
             i += self.step(&bytes[i..], out);
@@ -204,7 +204,7 @@ impl OutputParser {
     /// Ends the stream (EOF): releases anything held. An unfinished non-integration sequence is
     /// released verbatim, an unfinished integration OSC is dropped, and a dangling partial UTF-8
     /// sequence becomes one U+FFFD.
-    pub fn finish(&mut self, out: &mut Vec<OutputEvent>) {
+    pub fn finish(&mut self, out: &mut Vec<Parsed>) {
         match self.mode {
             Mode::Ground | Mode::Stream { .. } => {}
             Mode::Seq { kind, .. } => {
@@ -231,15 +231,15 @@ impl OutputParser {
         self.flush_text(out);
     }
 
-    fn flush_text(&mut self, out: &mut Vec<OutputEvent>) {
+    fn flush_text(&mut self, out: &mut Vec<Parsed>) {
         if !self.text.is_empty() {
-            out.push(OutputEvent::Text(mem::take(&mut self.text)));
+            out.push(Parsed::Text(mem::take(&mut self.text)));
         }
     }
 
-    fn emit_mark(&mut self, mark: Mark, out: &mut Vec<OutputEvent>) {
+    fn emit_mark(&mut self, mark: Mark, out: &mut Vec<Parsed>) {
         self.flush_text(out);
-        out.push(OutputEvent::Mark(mark));
+        out.push(Parsed::Mark(mark));
     }
 
     /// Starts a new sequence at an ESC (already consumed by the caller).
@@ -273,7 +273,7 @@ impl OutputParser {
     }
 
     /// Consumes a prefix of `bytes` (at least one byte) and returns its length.
-    fn step(&mut self, bytes: &[u8], out: &mut Vec<OutputEvent>) -> usize {
+    fn step(&mut self, bytes: &[u8], out: &mut Vec<Parsed>) -> usize {
         match self.mode {
             Mode::Ground => {
                 // The text fast path: everything up to the next ESC is plain text.
@@ -371,7 +371,7 @@ impl OutputParser {
         kind: Kind,
         esc_intermediate: bool,
         bytes: &[u8],
-        out: &mut Vec<OutputEvent>,
+        out: &mut Vec<Parsed>,
     ) -> usize {
         // Inside string sequences, feed runs of bytes that cannot end the sequence at once.
         if matches!(kind, Kind::Osc | Kind::Dcs | Kind::Str) {
@@ -528,7 +528,7 @@ impl OutputParser {
         kind: Kind,
         mut buf: Vec<u8>,
         terminator: Option<&[u8]>,
-        out: &mut Vec<OutputEvent>,
+        out: &mut Vec<Parsed>,
     ) {
         if kind != Kind::Osc {
             if let Some(t) = terminator {
@@ -803,8 +803,8 @@ mod tests {
         let marks: Vec<Mark> = out
             .iter()
             .filter_map(|e| match e {
-                OutputEvent::Mark(m) => Some(m.clone()),
-                OutputEvent::Text(_) => None,
+                Parsed::Mark(m) => Some(m.clone()),
+                Parsed::Text(_) => None,
             })
             .collect();
         assert_eq!(
@@ -823,8 +823,8 @@ mod tests {
         let text: String = out
             .iter()
             .filter_map(|e| match e {
-                OutputEvent::Text(t) => Some(t.as_str()),
-                OutputEvent::Mark(_) => None,
+                Parsed::Text(t) => Some(t.as_str()),
+                Parsed::Mark(_) => None,
             })
             .collect();
         assert_eq!(text, "abcdefgh");
@@ -833,7 +833,7 @@ mod tests {
     const NONCE: &str = "n0nce";
 
     /// Feeds `chunks` and returns merged events (adjacent texts joined) after `finish`.
-    fn run(chunks: &[&[u8]]) -> Vec<OutputEvent> {
+    fn run(chunks: &[&[u8]]) -> Vec<Parsed> {
         let mut p = OutputParser::new(NONCE.to_string());
         let mut out = Vec::new();
         for c in chunks {
@@ -843,40 +843,40 @@ mod tests {
         normalize(out)
     }
 
-    fn normalize(events: Vec<OutputEvent>) -> Vec<OutputEvent> {
-        let mut v: Vec<OutputEvent> = Vec::new();
+    fn normalize(events: Vec<Parsed>) -> Vec<Parsed> {
+        let mut v: Vec<Parsed> = Vec::new();
         for e in events {
             match (v.last_mut(), e) {
-                (_, OutputEvent::Text(t)) if t.is_empty() => panic!("empty Text event"),
-                (Some(OutputEvent::Text(a)), OutputEvent::Text(b)) => a.push_str(&b),
+                (_, Parsed::Text(t)) if t.is_empty() => panic!("empty Text event"),
+                (Some(Parsed::Text(a)), Parsed::Text(b)) => a.push_str(&b),
                 (_, e) => v.push(e),
             }
         }
         v
     }
 
-    fn text_of(events: &[OutputEvent]) -> String {
+    fn text_of(events: &[Parsed]) -> String {
         events
             .iter()
             .filter_map(|e| match e {
-                OutputEvent::Text(t) => Some(t.as_str()),
+                Parsed::Text(t) => Some(t.as_str()),
                 _ => None,
             })
             .collect()
     }
 
-    fn marks_of(events: &[OutputEvent]) -> Vec<Mark> {
+    fn marks_of(events: &[Parsed]) -> Vec<Mark> {
         events
             .iter()
             .filter_map(|e| match e {
-                OutputEvent::Mark(m) => Some(m.clone()),
+                Parsed::Mark(m) => Some(m.clone()),
                 _ => None,
             })
             .collect()
     }
 
     /// Unsplit, every two-way split and one byte per feed must agree.
-    fn check_splits(input: &[u8]) -> Vec<OutputEvent> {
+    fn check_splits(input: &[u8]) -> Vec<Parsed> {
         let whole = run(&[input]);
         for cut in 0..=input.len() {
             let (a, b) = input.split_at(cut);
@@ -894,7 +894,7 @@ mod tests {
     #[test]
     fn plain_text_and_utf8_splits() {
         let ev = check_splits("aé😀─中".as_bytes());
-        assert_eq!(ev, vec![OutputEvent::Text("aé😀─中".into())]);
+        assert_eq!(ev, vec![Parsed::Text("aé😀─中".into())]);
     }
 
     #[test]
@@ -922,7 +922,7 @@ mod tests {
         let ev = check_splits(b"\xd8\x1b[0m12\n");
         assert_eq!(text_of(&ev), "\u{FFFD}\x1b[0m12\n");
         let ev = run(&[b"\xe2\x94"]);
-        assert_eq!(ev, vec![OutputEvent::Text("\u{FFFD}".into())]);
+        assert_eq!(ev, vec![Parsed::Text("\u{FFFD}".into())]);
         // A partial char before a stripped sequence is not glued to bytes after it.
         let ev = check_splits(b"\xe2\x94\x1b]633;A\x07\x80");
         assert_eq!(text_of(&ev), "\u{FFFD}\u{FFFD}");
@@ -940,10 +940,10 @@ mod tests {
         assert_eq!(
             ev,
             vec![
-                OutputEvent::Mark(Mark::CommandFinished {
+                Parsed::Mark(Mark::CommandFinished {
                     exit_code: Some(130)
                 }),
-                OutputEvent::Text("\x1b[31mred\x1b[0m\n".into()),
+                Parsed::Text("\x1b[31mred\x1b[0m\n".into()),
             ]
         );
         check_splits(b"\x1b]633;D;130\x07\x1b[31mred\x1b[0m\n");
@@ -963,16 +963,16 @@ mod tests {
         assert_eq!(
             ev,
             vec![
-                OutputEvent::Mark(Mark::PromptStart),
-                OutputEvent::Text("$ ".into()),
-                OutputEvent::Mark(Mark::CommandStart),
-                OutputEvent::Mark(Mark::CommandLine {
+                Parsed::Mark(Mark::PromptStart),
+                Parsed::Text("$ ".into()),
+                Parsed::Mark(Mark::CommandStart),
+                Parsed::Mark(Mark::CommandLine {
                     command_line: "ls -l".into(),
                     nonce_ok: true
                 }),
-                OutputEvent::Mark(Mark::CommandExecuted),
-                OutputEvent::Text("out\r\n".into()),
-                OutputEvent::Mark(Mark::CommandFinished { exit_code: Some(0) }),
+                Parsed::Mark(Mark::CommandExecuted),
+                Parsed::Text("out\r\n".into()),
+                Parsed::Mark(Mark::CommandFinished { exit_code: Some(0) }),
             ]
         );
     }
@@ -987,19 +987,13 @@ mod tests {
             let ev = check_splits(input);
             assert_eq!(
                 ev,
-                vec![
-                    OutputEvent::Mark(Mark::PromptStart),
-                    OutputEvent::Text("X".into())
-                ]
+                vec![Parsed::Mark(Mark::PromptStart), Parsed::Text("X".into())]
             );
         }
         let ev = run(&[b"\x1b]633;A\x1b", b"\\X"]);
         assert_eq!(
             ev,
-            vec![
-                OutputEvent::Mark(Mark::PromptStart),
-                OutputEvent::Text("X".into())
-            ]
+            vec![Parsed::Mark(Mark::PromptStart), Parsed::Text("X".into())]
         );
         // Mixed terminators in one stream.
         let ev = check_splits(b"\x1b]633;A\x07p\x1b]633;B\x1b\\q\x1b]133;C\x07r\x1b]633;D;2\x1b\\");
@@ -1014,8 +1008,8 @@ mod tests {
         assert_eq!(
             ev,
             vec![
-                OutputEvent::Mark(Mark::PromptStart),
-                OutputEvent::Text("\x1b[1mB".into())
+                Parsed::Mark(Mark::PromptStart),
+                Parsed::Text("\x1b[1mB".into())
             ]
         );
         let ev = check_splits(b"\x1b]0;t\x1b[1mB");
@@ -1049,7 +1043,7 @@ mod tests {
         p.feed(b"\x07visible\n", &mut out);
         p.finish(&mut out);
         let ev = normalize(out);
-        assert_eq!(ev, vec![OutputEvent::Text("visible\n".into())]);
+        assert_eq!(ev, vec![Parsed::Text("visible\n".into())]);
         // ST-terminated variant, terminator split.
         let mut p = OutputParser::new(NONCE.into());
         let mut out = Vec::new();
@@ -1058,7 +1052,7 @@ mod tests {
         p.feed(b"\x1b", &mut out);
         p.feed(b"\\ok", &mut out);
         p.finish(&mut out);
-        assert_eq!(normalize(out), vec![OutputEvent::Text("ok".into())]);
+        assert_eq!(normalize(out), vec![Parsed::Text("ok".into())]);
     }
 
     #[test]
@@ -1178,7 +1172,7 @@ mod tests {
                 let ev = run(&[seq.as_bytes()]);
                 assert_eq!(
                     ev,
-                    vec![OutputEvent::Mark(Mark::CommandFinished { exit_code: want })],
+                    vec![Parsed::Mark(Mark::CommandFinished { exit_code: want })],
                     "{seq:?}"
                 );
             }
@@ -1225,7 +1219,7 @@ mod tests {
         );
         assert_eq!(text_of(&ev), long);
         let ev = check_splits(b"\x1b]112\x07next");
-        assert_eq!(ev, vec![OutputEvent::Text("\x1b]112\x07next".into())]);
+        assert_eq!(ev, vec![Parsed::Text("\x1b]112\x07next".into())]);
         // OSC 1 (icon name) is not a title.
         let ev = run(&[b"\x1b]1;icon\x07"]);
         assert!(marks_of(&ev).is_empty());
@@ -1256,14 +1250,14 @@ mod tests {
     #[test]
     fn integration_osc_cancelled_by_can() {
         let ev = check_splits(b"a\x1b]633;A\x18b");
-        assert_eq!(ev, vec![OutputEvent::Text("a\x18b".into())]);
+        assert_eq!(ev, vec![Parsed::Text("a\x18b".into())]);
     }
 
     #[test]
     fn other_integration_letters_stripped() {
         let input = b"1\x1b]633;F\x072\x1b]633;SetMark;Id=3\x073\x1b]633;EnvJson;{}\x07\x1b]1337;ShellIntegrationVersion=5\x07\x1b]1337;RemoteHost=a@b\x074\x1b]133;L\x07";
         let ev = check_splits(input);
-        assert_eq!(ev, vec![OutputEvent::Text("1234".into())]);
+        assert_eq!(ev, vec![Parsed::Text("1234".into())]);
     }
 
     #[test]
@@ -1283,7 +1277,7 @@ mod tests {
         p.feed(b"\x1b]633;E;x;\x07", &mut out);
         assert_eq!(
             out,
-            vec![OutputEvent::Mark(Mark::CommandLine {
+            vec![Parsed::Mark(Mark::CommandLine {
                 command_line: "x;".into(),
                 nonce_ok: false
             })]
@@ -1298,9 +1292,9 @@ mod tests {
         assert_eq!(
             out,
             vec![
-                OutputEvent::Text("abc".into()),
-                OutputEvent::Mark(Mark::CommandExecuted),
-                OutputEvent::Text("def".into()),
+                Parsed::Text("abc".into()),
+                Parsed::Mark(Mark::CommandExecuted),
+                Parsed::Text("def".into()),
             ]
         );
     }
@@ -1385,7 +1379,7 @@ mod tests {
             }
             let ev = check_splits(&input);
             for e in &ev {
-                if let OutputEvent::Text(t) = e {
+                if let Parsed::Text(t) = e {
                     assert!(!t.contains("\x1b]633;") && !t.contains("\x1b]133;"));
                 }
             }
