@@ -8,6 +8,7 @@
 //! real terminal.
 //! This module knows nothing of connections or `serverSeq`; the host consumes the events.
 
+pub mod escape;
 pub mod output;
 pub mod process;
 pub mod shell_integration;
