@@ -30,16 +30,19 @@ mod terminals;
 pub mod validate;
 mod versions;
 
+#[cfg(test)]
+mod tests;
+
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Instant;
 
 use ahp_types::state::{RootState, Snapshot, SnapshotState, TerminalState};
 use parking_lot::{Mutex, MutexGuard};
+use tokio::time::Instant;
 
 use crate::codec::{Frame, Wire};
 use crate::config::Config;
-use crate::terminal::{shell_integration, PtyProcess};
+use crate::terminal::{shell_integration, NativePtys, Pty, PtySystem};
 use channel::ChannelKind;
 pub use error::{ErrorKind, HostError};
 pub use flow::{CLOSE_LAGGING, CLOSE_STALLED};
@@ -62,6 +65,8 @@ pub struct Host {
     inner: Mutex<Inner>,
     /// Flow control: its policy and the watchdog's and reaper's wake-ups.
     flow: Arc<flow::Flow>,
+    /// Where terminals come from: the OS's ptys, or a stand-in in unit tests.
+    ptys: Arc<dyn PtySystem>,
 }
 
 struct Inner {
@@ -121,14 +126,15 @@ struct TerminalEntry {
     serial: u64,
     state: TerminalState,
     subscribers: flow::Subscribers,
-    process: Arc<PtyProcess>,
+    process: Arc<dyn Pty>,
     /// The client that holds the claim (decision D6).
     holder: String,
     /// A client renamed the terminal: titles from escape sequences no longer apply.
     renamed_by_client: bool,
     content_bytes: usize,
     history: History,
-    /// When the holder's last connection went away (`None` while it is connected).
+    /// When the holder's last connection went away (`None` while it is connected); tokio's
+    /// clock, like every deadline of the host, so paused time drives reaping in tests.
     orphaned_since: Option<Instant>,
     /// Creation time, Unix milliseconds.
     created_ms: i64,
@@ -138,13 +144,19 @@ struct TerminalEntry {
 }
 
 impl Host {
-    /// A host with no terminals.
+    /// A host with no terminals, whose terminals run on the OS's ptys.
     pub fn new(config: &Config) -> Arc<Host> {
+        Host::with_ptys(config, Arc::new(NativePtys))
+    }
+
+    /// A host with no terminals, whose terminals `ptys` starts.
+    pub(crate) fn with_ptys(config: &Config, ptys: Arc<dyn PtySystem>) -> Arc<Host> {
         let flow = flow::Flow::new(config);
         Arc::new(Host {
             config: config.clone(),
             instance_id: uuid::Uuid::new_v4().to_string(),
             flow: flow.clone(),
+            ptys,
             inner: Mutex::new(Inner {
                 server_seq: 0,
                 root: RootState {

@@ -13,14 +13,14 @@ use super::channel::{self, ChannelKind};
 use super::history::Entry;
 use super::{ConnId, Host, HostError, Inner};
 use crate::codec::{self, version, Wire};
-use crate::terminal::PtyProcess;
+use crate::terminal::Pty;
 
 /// Largest `reconnect` replay, in bytes of encoded envelopes; a longer one is answered with
 /// snapshots instead, which are never larger than the retained state.
 pub const MAX_REPLAY_BYTES: usize = 32 * 1024 * 1024;
 
 /// A reaped terminal: its URI, claim holder and process.
-type Expired = (String, String, Arc<PtyProcess>);
+type Expired = (String, String, Arc<dyn Pty>);
 
 /// WebSocket close code sent to a connection whose `clientId` reconnected elsewhere.
 pub const CLOSE_SUPERSEDED: u16 = 4000;
@@ -278,7 +278,7 @@ impl Host {
             let notified = self.flow.reaper.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let (expired, next): (Vec<Expired>, Option<Instant>) = {
+            let (expired, next): (Vec<Expired>, Option<tokio::time::Instant>) = {
                 let mut inner = self.lock();
                 if inner.shutting_down {
                     return;
@@ -317,7 +317,7 @@ impl Host {
                 Some(at) => {
                     tokio::select! {
                         _ = &mut notified => {}
-                        _ = tokio::time::sleep_until(at.into()) => {}
+                        _ = tokio::time::sleep_until(at) => {}
                     }
                 }
                 None => notified.await,
@@ -329,7 +329,7 @@ impl Host {
 impl Inner {
     /// Starts or stops each terminal's orphan clock after presence or ownership changed.
     pub(super) fn refresh_orphans(&mut self) {
-        let now = Instant::now();
+        let now = tokio::time::Instant::now();
         for t in self.terminals.values_mut() {
             if self.clients.contains_key(&t.holder) {
                 t.orphaned_since = None;

@@ -31,9 +31,7 @@ use super::outbox::OutboxRef;
 use super::{pump, scrollback, validate, ConnEntry, ConnId, Host, HostError, Inner, TerminalEntry};
 use crate::codec::{self, version, Frame};
 use crate::config::{EXE_ENV, HOST_ID_ENV, TERMINAL_ENV};
-use crate::terminal::{
-    self, shell_integration, OutputItem, OutputPipeline, PtyProcess, SpawnRequest,
-};
+use crate::terminal::{shell_integration, OutputItem, OutputPipeline, Pty, SpawnRequest};
 
 /// Largest `data` of one `terminal/data` envelope, in bytes; longer output is split on
 /// character boundaries.
@@ -131,6 +129,7 @@ impl Host {
                 .extend(agent_env.map(|(k, v)| (k.into(), v.into())));
         }
         let pipeline = OutputPipeline::new(nonce.clone(), Some(cwd_uri.clone()), inject);
+        let ptys = self.ptys.clone();
         let started = tokio::task::spawn_blocking(move || {
             let mut request = request;
             if inject {
@@ -138,7 +137,7 @@ impl Host {
                 request.args = injection.args;
                 request.env.extend(injection.env);
             }
-            terminal::start(request, pipeline)
+            ptys.start(request, pipeline)
         })
         .await;
         let (process, events) = match started {
@@ -250,7 +249,7 @@ impl Host {
     /// kills its processes with [`Host::kill`] before answering.
     /// Errors (decision D2): unknown terminal → not found (-32008); session/chat URI → session
     /// not found (-32001); not a URI → invalid params (-32602).
-    pub fn remove_terminal(&self, uri: &str) -> Result<Arc<PtyProcess>, HostError> {
+    pub fn remove_terminal(&self, uri: &str) -> Result<Arc<dyn Pty>, HostError> {
         let mut inner = self.lock();
         match channel::classify(uri) {
             ChannelKind::Session => return Err(HostError::session_not_found(uri)),
@@ -268,7 +267,7 @@ impl Host {
 
     /// Kills every process of a removed terminal's session (SIGHUP, then SIGKILL after the
     /// configured grace) and waits until they are gone.
-    pub async fn kill(&self, process: Arc<PtyProcess>) {
+    pub async fn kill(&self, process: Arc<dyn Pty>) {
         let grace = self.config.kill_grace;
         let _ = tokio::task::spawn_blocking(move || process.kill_session(grace)).await;
     }

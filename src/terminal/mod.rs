@@ -9,6 +9,8 @@
 //! This module knows nothing of connections or `serverSeq`; the host consumes the events.
 
 pub mod escape;
+#[cfg(test)]
+pub(crate) mod fake;
 pub mod output;
 pub mod process;
 pub mod shell_integration;
@@ -16,11 +18,12 @@ pub mod utf8;
 
 use std::io::{self, Read};
 use std::sync::Arc;
+use std::time::Duration;
 
 use ahp_types::actions::StateAction;
 
 pub use output::{EventReceiver, EventSender, OutputPipeline};
-pub use process::{PtyProcess, SpawnRequest};
+pub use process::{InputError, PtyProcess, SpawnRequest};
 
 /// Largest accepted `cols` or `rows` of a terminal (createTerminal, `terminal/resized`).
 pub const MAX_DIMENSION: i64 = 4096;
@@ -55,6 +58,50 @@ pub enum TerminalEvent {
     /// The program exited with this code (`128 + signal` for a signal death, decision D5;
     /// `None` if unknown).
     Exited(Option<i64>),
+}
+
+/// A running terminal's pty as the host drives it: input, window size, and the end of its
+/// session. [`PtyProcess`] is the real one; the host's unit tests put a stand-in behind it so
+/// that the pump, flow control and reaping run under paused tokio time without processes.
+pub trait Pty: Send + Sync {
+    /// Process id of the program (also its session and process group id), for logs.
+    fn pid(&self) -> i32;
+    /// Queues input for the program; never blocks. Errors: [`InputError::QueueFull`] past
+    /// [`process::MAX_PENDING_INPUT_BYTES`] waiting bytes, [`InputError::Closed`] once the pty
+    /// is gone.
+    fn write(&self, bytes: Vec<u8>) -> Result<(), InputError>;
+    /// Whether `len` more bytes of input would fit in the queue.
+    fn input_fits(&self, len: usize) -> bool;
+    /// Sets the window size in cells; the foreground process group receives SIGWINCH.
+    fn resize(&self, cols: u16, rows: u16) -> io::Result<()>;
+    /// Ends every process of the session (SIGHUP, then SIGKILL after `grace`) and lets go of
+    /// the pty. Blocking: call it from a blocking thread.
+    fn kill_session(&self, grace: Duration);
+}
+
+/// How terminals are started: [`NativePtys`] in the daemon, a stand-in in unit tests.
+pub trait PtySystem: Send + Sync {
+    /// Spawns `request` on a new pty and returns it with the hand-off on which its output,
+    /// EOF and exit status arrive, in order ([`TerminalEvent`]). Blocking (fork/exec).
+    fn start(
+        &self,
+        request: SpawnRequest,
+        pipeline: OutputPipeline,
+    ) -> io::Result<(Arc<dyn Pty>, EventReceiver)>;
+}
+
+/// The operating system's ptys ([`start`]).
+pub struct NativePtys;
+
+impl PtySystem for NativePtys {
+    fn start(
+        &self,
+        request: SpawnRequest,
+        pipeline: OutputPipeline,
+    ) -> io::Result<(Arc<dyn Pty>, EventReceiver)> {
+        let (process, events) = start(request, pipeline)?;
+        Ok((process, events))
+    }
 }
 
 /// Spawns `request` on a new pty and starts its reader and waiter threads.

@@ -291,16 +291,18 @@ impl PtyProcess {
             reader,
         ))
     }
+}
 
+impl super::Pty for PtyProcess {
     /// Process id of the program, which is also its session id and process group id.
-    pub fn pid(&self) -> i32 {
+    fn pid(&self) -> i32 {
         self.pid
     }
 
     /// Queues bytes for the pty; never blocks. Bytes are written in order, unmodified, by the
     /// terminal's writer thread. Errors: [`InputError::QueueFull`] when more than
     /// [`MAX_PENDING_INPUT_BYTES`] would be waiting; [`InputError::Closed`] when the pty is gone.
-    pub fn write(&self, bytes: Vec<u8>) -> Result<(), InputError> {
+    fn write(&self, bytes: Vec<u8>) -> Result<(), InputError> {
         let guard = self.input.lock();
         let Some(tx) = guard.as_ref() else {
             return Err(InputError::Closed);
@@ -314,12 +316,12 @@ impl PtyProcess {
     }
 
     /// Would `len` more bytes of input fit in the queue?
-    pub fn input_fits(&self, len: usize) -> bool {
+    fn input_fits(&self, len: usize) -> bool {
         self.pending_input.load(Ordering::Acquire) + len <= MAX_PENDING_INPUT_BYTES
     }
 
     /// Sets the pty window size; the foreground process group receives SIGWINCH.
-    pub fn resize(&self, cols: u16, rows: u16) -> io::Result<()> {
+    fn resize(&self, cols: u16, rows: u16) -> io::Result<()> {
         self.master
             .lock()
             .resize(PtySize {
@@ -337,7 +339,7 @@ impl PtyProcess {
     /// second. Processes that left the session (`setsid`) are out of reach, but the reader and
     /// writer threads stop at once and let go of the pty, which is closed when this
     /// `PtyProcess` is dropped: such a process then gets EIO on the pty. Blocking.
-    pub fn kill_session(&self, grace: Duration) {
+    fn kill_session(&self, grace: Duration) {
         // Stop accepting input so the writer thread ends, and stop reading output.
         self.input.lock().take();
         self.io.stop();
