@@ -16,8 +16,8 @@
 //! - [`Frame`]: one encoded message in shared bytes, and [`clip`] for what a peer is told.
 
 mod json;
-pub mod message;
-pub mod version;
+pub(crate) mod message;
+pub(crate) mod version;
 
 use bytes::Bytes;
 

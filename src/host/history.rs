@@ -91,6 +91,7 @@ impl History {
     }
 
     /// Bytes currently held.
+    #[cfg(test)]
     pub fn bytes(&self) -> usize {
         self.bytes
     }

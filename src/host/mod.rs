@@ -17,17 +17,17 @@
 //! lagging and stalled connections); `pump.rs` is the per-terminal task.
 
 mod actions;
-pub mod catalog;
-pub mod channel;
-pub mod error;
+pub(crate) mod catalog;
+pub(crate) mod channel;
+pub(crate) mod error;
 mod flow;
-pub mod history;
-pub mod outbox;
+pub(crate) mod history;
+pub(crate) mod outbox;
 mod pump;
 mod resume;
-pub mod scrollback;
+pub(crate) mod scrollback;
 mod terminals;
-pub mod validate;
+pub(crate) mod validate;
 mod versions;
 
 #[cfg(test)]

@@ -4,10 +4,10 @@
 //! with [`crate::codec`]); holds no state beyond one connection's handshake status and
 //! negotiated version.
 
-pub mod dispatch;
-pub mod error;
+pub(crate) mod dispatch;
+pub(crate) mod error;
 pub mod frame;
-pub mod params;
+pub(crate) mod params;
 
 pub use dispatch::{Message, Next, RpcConnection};
 pub use error::RpcError;

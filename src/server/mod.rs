@@ -7,16 +7,16 @@
 //! Security decisions live in [`auth`] (token, start-up checks), [`upgrade`] (Origin, Host),
 //! [`unix`] (socket file, peer uid) and [`tls`]; docs/security.md explains them.
 
-pub mod auth;
+pub(crate) mod auth;
 mod connection;
 pub mod fdlimit;
 mod handshake;
-pub mod pending;
+pub(crate) mod pending;
 mod reader;
-pub mod request_line;
-pub mod tls;
-pub mod unix;
-pub mod upgrade;
+pub(crate) mod request_line;
+pub(crate) mod tls;
+pub(crate) mod unix;
+pub(crate) mod upgrade;
 mod writer;
 
 use std::future::Future;

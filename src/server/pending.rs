@@ -246,11 +246,13 @@ impl Pending {
     }
 
     /// Sockets pending now.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.lock().entries.len()
     }
 
     /// Whether no socket is pending.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

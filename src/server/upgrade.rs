@@ -77,11 +77,6 @@ impl UpgradePolicy {
         }
     }
 
-    /// Whether a token is required.
-    pub fn requires_token(&self) -> bool {
-        self.token.is_some()
-    }
-
     /// `Ok` to accept the upgrade, or the refusal.
     pub fn check(&self, request: &Request) -> Result<(), Refusal> {
         // Every copy of a repeated header is checked, not just the first.

@@ -8,13 +8,13 @@
 //! real terminal.
 //! This module knows nothing of connections or `serverSeq`; the host consumes the events.
 
-pub mod escape;
+pub(crate) mod escape;
 #[cfg(test)]
 pub(crate) mod fake;
-pub mod output;
-pub mod process;
+pub(crate) mod output;
+pub(crate) mod process;
 pub mod shell_integration;
-pub mod utf8;
+pub(crate) mod utf8;
 
 use std::io::{self, Read};
 use std::sync::Arc;

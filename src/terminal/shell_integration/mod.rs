@@ -11,9 +11,9 @@
 //! * [`tracker`]: [`Mark`]s → `StateAction`s (`terminal/commandExecuted`, …).
 //! * [`scripts`]: the integration scripts and the spawn-time [`Injection`].
 
-pub mod parser;
-pub mod scripts;
-pub mod tracker;
+pub(crate) mod parser;
+pub(crate) mod scripts;
+pub(crate) mod tracker;
 
 pub use parser::{sanitize_title, Mark, OutputParser, Parsed, MAX_TITLE_CHARS};
 pub use scripts::{
