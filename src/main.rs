@@ -667,9 +667,9 @@ struct LsArgs {
 #[derive(clap::Args)]
 struct AttachOpts {
     /// The key that detaches: ctrl-a … ctrl-z, ctrl-\, ctrl-], ctrl-^, ctrl-_, ctrl-@ (or
-    /// ^X), or `none`.
-    #[arg(long, value_name = "KEY", default_value = "ctrl-\\")]
-    detach_key: ahpty::client::attach::DetachKey,
+    /// ^X), or `none` [default: ctrl-\].
+    #[arg(long, value_name = "KEY")]
+    detach_key: Option<ahpty::client::attach::DetachKey>,
     /// Watch only: send no keys and no window size.
     #[arg(long)]
     read_only: bool,
@@ -682,7 +682,10 @@ struct AttachOpts {
 impl AttachOpts {
     fn options(&self) -> ahpty::client::attach::AttachOptions {
         ahpty::client::attach::AttachOptions {
-            detach_key: self.detach_key.0,
+            detach_key: self
+                .detach_key
+                .as_ref()
+                .map_or(Some(ahpty::client::attach::DEFAULT_DETACH_KEY), |k| k.0),
             read_only: self.read_only,
             take: self.take,
         }
