@@ -9,6 +9,8 @@
 //! naming the setting and where it came from ([`ConfigError`]).
 //!
 //! This is the bottom layer: it uses nothing else of the crate.
+//!
+//! May touch: the environment and the config file it is given to read; nothing else.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;

@@ -1,6 +1,8 @@
 //! The `ahpty` command line: parse arguments, set up logging, call into the library. Every
 //! setting's default, limit and documentation lives in `ahpty::config`; this file only
 //! declares the flags and hands what was given to `config::load`.
+//!
+//! May touch: argv, stdout/stderr, the tracing subscriber; everything else is the library's.
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;

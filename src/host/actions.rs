@@ -1,6 +1,9 @@
 //! Client-dispatched actions (`dispatchAction`): validated on the raw JSON, checked against
 //! the claim policy (D6), then reduced, echoed with `origin` to every subscriber and applied to
 //! the pty — or rejected to the dispatcher only, with a `rejectionReason` (D3).
+//!
+//! May touch: the store (through the host lock), subscribers' outboxes, the terminal's `Pty`
+//! (input and resize, after the lock is released).
 
 use ahp_types::actions::{ActionEnvelope, ActionOrigin, StateAction};
 use ahp_types::state::{TerminalClaim, TerminalLifecycleState};

@@ -2,6 +2,8 @@
 //! and one line for the peer that names the field or value at fault. The host knows nothing of
 //! JSON-RPC; rpc maps each kind to its error code (`RpcError::from`, and docs/protocol.md
 //! "Methods" for which request answers which).
+//!
+//! Pure values; touches nothing.
 
 use std::fmt;
 

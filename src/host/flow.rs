@@ -37,6 +37,9 @@
 //! woken when one of *its own* subscribers' episode ends, when its subscribers change, or when
 //! the nearest grace ends. The watchdog sleeps until the nearest stall or lag deadline, and is
 //! woken early when an episode or a lag starts, or a lag limit is hit.
+//!
+//! May touch: the outboxes' flow state and the host lock (the watchdog closes connections);
+//! no I/O.
 
 use std::collections::{btree_set, BTreeSet};
 use std::sync::Arc;

@@ -7,6 +7,8 @@
 //! `s ≥ floor` can be resumed by replay; an older one needs a snapshot. A terminal's floor
 //! starts at the counter value when it was created, so a URI reused after a dispose is never
 //! replayed onto the old terminal's state.
+//!
+//! Pure data structure (no lock of its own, no I/O); the host keeps one per channel.
 
 use std::collections::VecDeque;
 

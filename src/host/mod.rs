@@ -15,6 +15,10 @@
 //! `terminals.rs` the terminal lifecycle and server actions, `actions.rs` client actions,
 //! `resume.rs` reconnect and reaping, `flow.rs` the flow-control policy (watermarks, limits,
 //! lagging and stalled connections); `pump.rs` is the per-terminal task.
+//!
+//! May touch: the store under its lock and the connections' outboxes; the OS only through
+//! `terminal`'s [`Pty`] and [`PtySystem`] traits. Imports nothing above it (no rpc, server or
+//! WebSocket types).
 
 mod actions;
 pub(crate) mod catalog;

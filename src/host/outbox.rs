@@ -17,6 +17,9 @@
 //! - who to wake: a terminal paused for this connection registers to be woken when the episode
 //!   ends ([`OutboxRef::wake_on_drain`]); a terminal merging output registers to be woken when
 //!   its last update has been written ([`OutboxRef::wake_when_written`]). Nothing else wakes.
+//!
+//! May touch: its own queue and counters, and the wake-ups registered on it; no socket (the
+//! server's writer drains it).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -18,6 +18,9 @@
 //! - **Exit ordering.** `terminal/exited` is emitted only after the output has been drained:
 //!   after EOF, or [`EXIT_DRAIN`] after the process exited if a background job keeps the pty
 //!   open. Output arriving after that is still delivered, until the terminal is disposed.
+//!
+//! May touch: its terminal's event hand-off and, through the host, the store and the
+//! subscribers' outboxes; sleeps only on its own wake-ups and deadlines.
 
 use std::sync::Arc;
 use std::time::Duration;

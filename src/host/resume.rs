@@ -2,6 +2,9 @@
 //! per-channel histories (replay) or with snapshots, superseding other connections of the
 //! same `clientId`; the orphan clock of each terminal follows its claim holder's presence and
 //! [`Host::reap_orphans`] disposes terminals whose holder stayed away past the grace period.
+//!
+//! May touch: the store under the host lock, connections' outboxes (superseded ones are
+//! closed), and removed terminals' `Pty` (the reaper kills them).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;

@@ -7,6 +7,9 @@
 //! reduced one by one (the reducer appends each to the content, the one copy it needs) and
 //! escaped straight into the envelope's frame, which is encoded once and shared by every
 //! subscriber's queue and the history.
+//!
+//! May touch: the store under the host lock, subscribers' outboxes, the `PtySystem` (spawn, on
+//! the blocking pool) and the terminals' `Pty` (kill).
 
 use std::collections::HashMap;
 use std::path::PathBuf;

@@ -1,6 +1,8 @@
 //! The host above a stand-in pty ([`FakePtys`]) under paused tokio time: the pump's exit
 //! ordering and orphan reaping, each shown to happen at its deadline and not before (paused
 //! time makes "not before" an observation, not a sleep).
+//!
+//! Touches nothing outside the host and the stand-in.
 
 use std::sync::Arc;
 use std::time::Duration;

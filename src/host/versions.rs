@@ -3,6 +3,8 @@
 //! `reconnect` is answered in the version its `clientId` negotiated last (remembered with the
 //! client itself, see `resume::RecentClients`, so it is bounded and expires the same way). The
 //! translation itself lives in `codec::version`; this file only keeps the bookkeeping.
+//!
+//! May touch: the per-connection version records in the store; no I/O.
 
 use super::{ConnId, Host, Inner};
 use crate::codec::Wire;

@@ -2,11 +2,13 @@
 //!
 //! Before `initialize` only `ping`, `initialize` and `reconnect` are served; other requests,
 //! and a second handshake, get -32601 as from the reference host. Results and envelopes are
-//! encoded for the negotiated protocol version ([`super::version`]).
+//! encoded for the negotiated protocol version ([`crate::codec::version`]).
 //! Requests take effect in the order they arrive (a `subscribe` sent right after
 //! `createTerminal` finds the terminal). The only wait inline is spawning a shell (a fork/exec);
 //! `disposeTerminal` removes the terminal inline and waits for its processes to die in a
 //! separate task, so a `ping` is never stuck behind it.
+//!
+//! May touch: the host's API and this connection's outbox; nothing of the socket.
 
 use std::sync::Arc;
 

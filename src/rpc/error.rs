@@ -2,6 +2,8 @@
 //! docs/protocol.md says which answer carries which), and the mapping of the host's errors
 //! ([`HostError`]) to them. Every failure a peer can cause is turned into one of these, never
 //! a panic.
+//!
+//! Pure values and conversions; touches nothing.
 
 use ahp_types::errors::{ahp_error_codes as ahp, json_rpc_error_codes as rpc};
 use serde_json::Value;

@@ -3,6 +3,9 @@
 //! table ([`dispatch`]). Turns frames into host calls and host results into responses (encoded
 //! with [`crate::codec`]); holds no state beyond one connection's handshake status and
 //! negotiated version.
+//!
+//! May touch: the host's API and its connection's outbox; no socket (the server reads and
+//! writes frames).
 
 pub(crate) mod dispatch;
 pub(crate) mod error;

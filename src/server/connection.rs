@@ -3,6 +3,8 @@
 //! task ([`super::writer`]), runs the reader ([`super::reader`]) until either side closes, and
 //! then closes the writer. Nothing a peer sends can affect another connection: errors end this
 //! connection only; the terminals it watched are not affected.
+//!
+//! May touch: its socket, its [`RpcConnection`] and outbox.
 
 use std::fmt;
 use std::net::SocketAddr;

@@ -6,6 +6,9 @@
 //!
 //! Security decisions live in [`auth`] (token, start-up checks), [`upgrade`] (Origin, Host),
 //! [`unix`] (socket file, peer uid) and [`tls`]; docs/security.md explains them.
+//!
+//! May touch: listening sockets, socket files, accepted sockets; the host only through its API
+//! (shutdown, the reaper and watchdog it spawns).
 
 pub(crate) mod auth;
 mod connection;

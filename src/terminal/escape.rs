@@ -32,6 +32,8 @@
 //!   which those bytes are continuation bytes;
 //! - a sequence longer than [`MAX_SEQUENCE_BYTES`] is given up (see there): memory stays
 //!   bounded whatever a program prints.
+//!
+//! Pure streaming state machine; touches nothing but its own buffers.
 
 use std::mem;
 
@@ -62,7 +64,7 @@ const SHRINK_ABOVE: usize = 64 * 1024;
 /// Kind of the escape sequence in progress, decided by the byte after ESC.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
-    /// `ESC` [intermediates] final.
+    /// `ESC`, intermediates, a final byte.
     Esc,
     /// `ESC [` …
     Csi,

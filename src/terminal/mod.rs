@@ -7,6 +7,8 @@
 //! reader stops reading the pty, so a program that floods output blocks in `write` as in a
 //! real terminal.
 //! This module knows nothing of connections or `serverSeq`; the host consumes the events.
+//!
+//! May touch: the OS (ptys, threads, processes) and the event hand-off; nothing of AHP state.
 
 pub(crate) mod escape;
 #[cfg(test)]

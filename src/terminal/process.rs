@@ -611,7 +611,7 @@ fn signal_all(members: &[(i32, i32)], sig: Signal) {
     }
 }
 
-/// See [`PtyProcess::kill_session`].
+/// See [`Pty::kill_session`](super::Pty::kill_session).
 pub fn kill_session(sid: i32, grace: Duration) {
     let members = session_members(sid);
     if members.is_empty() {

@@ -1,6 +1,8 @@
 //! The shell-integration parser against byte streams: every case is checked whole, split at
 //! every byte and fed one byte at a time ([`check_splits`]), and compared with an independent
 //! naive stripper over random concatenations.
+//!
+//! Touches nothing.
 
 use super::*;
 use crate::terminal::escape::MAX_SEQUENCE_BYTES;
