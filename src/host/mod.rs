@@ -14,7 +14,8 @@
 //! This file holds the store itself and the connection registry (initialize, subscribe);
 //! `terminals.rs` the terminal lifecycle and server actions, `actions.rs` client actions,
 //! `resume.rs` reconnect and reaping, `flow.rs` the flow-control policy (watermarks, limits,
-//! lagging and stalled connections); `pump.rs` is the per-terminal task.
+//! lagging and stalled connections); `pump.rs` is the per-terminal task; `screen.rs` keeps
+//! what snapshots and cursor reports need of the terminal model, and runs its task.
 //!
 //! May touch: the store under its lock and the connections' outboxes; the OS only through
 //! `terminal`'s [`Pty`] and [`PtySystem`] traits. Imports nothing above it (no rpc, server or
@@ -29,6 +30,7 @@ pub(crate) mod history;
 pub(crate) mod outbox;
 mod pump;
 mod resume;
+mod screen;
 pub(crate) mod scrollback;
 mod terminals;
 pub(crate) mod validate;
@@ -145,6 +147,8 @@ struct TerminalEntry {
     /// This terminal's row of the root catalogue (`TerminalInfo`) as JSON, kept until its
     /// title, claim or lifecycle changes, so a catalogue update encodes only what changed.
     info_json: Option<String>,
+    /// What snapshots and cursor reports need of the terminal model.
+    screen: screen::Screen,
 }
 
 impl Host {
@@ -480,9 +484,9 @@ impl Inner {
             SnapshotState::Root(Box::new(self.root.clone()))
         } else {
             let t = self.terminals.get(channel)?;
-            SnapshotState::Terminal(Box::new(scrollback::retained(
+            SnapshotState::Terminal(Box::new(scrollback::with_content(
                 &t.state,
-                self.scrollback_bytes,
+                t.screen.snapshot_content(&t.state, self.scrollback_bytes),
             )))
         };
         Some(Snapshot {

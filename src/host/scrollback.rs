@@ -1,7 +1,7 @@
 //! Bounded retained content ("scrollback") of a terminal state.
 //!
 //! The reducers only ever append to `TerminalState.content`. Snapshots carry at most the cap
-//! ([`retained`] copies just the part that a trim would keep); in memory the host lets the
+//! (built from just the part that a trim would keep, [`with_content`]); in memory the host lets the
 //! content grow to [`trim_threshold`] (twice the cap) before it calls [`trim`], so a flood
 //! moves each byte at most once instead of moving the whole buffer on every append. Trimming
 //! drops whole leading parts first, then cuts the head of the oldest remaining one, always on
@@ -11,9 +11,7 @@
 //! output may be cut. A trim is not an action: it shows only in later snapshots
 //! (docs/protocol.md, "Retained content"). Pure functions on a `TerminalState`.
 
-use ahp_types::state::{
-    TerminalCommandPart, TerminalContentPart, TerminalState, TerminalUnclassifiedPart,
-};
+use ahp_types::state::{TerminalContentPart, TerminalState};
 
 use crate::terminal::escape::sequence_len;
 
@@ -65,6 +63,13 @@ fn plan(state: &TerminalState, cap: usize) -> (usize, usize, usize) {
     (parts, cut, total - cut)
 }
 
+/// Where the content that [`trim`] to `cap` keeps begins: how many whole leading parts it
+/// drops and how many bytes it cuts from the head of the next one.
+pub fn retained_start(state: &TerminalState, cap: usize) -> (usize, usize) {
+    let (parts, cut, _) = plan(state, cap);
+    (parts, cut)
+}
+
 /// Trims `state.content` to at most `cap` bytes (plus at most the command line of a running
 /// command). Returns the new total.
 pub fn trim(state: &mut TerminalState, cap: usize) -> usize {
@@ -79,7 +84,9 @@ pub fn trim(state: &mut TerminalState, cap: usize) -> usize {
 }
 
 /// A copy of `state` whose content is what [`trim`] to `cap` would keep, copying only that.
+#[cfg(test)]
 pub fn retained(state: &TerminalState, cap: usize) -> TerminalState {
+    use ahp_types::state::{TerminalCommandPart, TerminalUnclassifiedPart};
     let (parts, cut, _) = plan(state, cap);
     let mut content: Vec<TerminalContentPart> = Vec::with_capacity(state.content.len() - parts);
     for (i, part) in state.content[parts..].iter().enumerate() {
@@ -103,6 +110,11 @@ pub fn retained(state: &TerminalState, cap: usize) -> TerminalState {
             other => other.clone(),
         });
     }
+    with_content(state, content)
+}
+
+/// A copy of `state` with `content` in place of its content (which is not copied).
+pub fn with_content(state: &TerminalState, content: Vec<TerminalContentPart>) -> TerminalState {
     let TerminalState {
         title,
         cwd,
@@ -165,6 +177,7 @@ fn cut_point(text: &str, at: usize) -> usize {
 mod tests {
     use super::*;
     use ahp_types::state::*;
+    use ahp_types::state::{TerminalCommandPart, TerminalUnclassifiedPart};
 
     fn state(parts: Vec<TerminalContentPart>) -> TerminalState {
         TerminalState {

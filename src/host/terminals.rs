@@ -31,7 +31,9 @@ use super::channel::{self, ChannelKind};
 use super::flow::{Gate, Subscribers};
 use super::history::History;
 use super::outbox::OutboxRef;
-use super::{pump, scrollback, validate, ConnEntry, ConnId, Host, HostError, Inner, TerminalEntry};
+use super::{
+    pump, screen, scrollback, validate, ConnEntry, ConnId, Host, HostError, Inner, TerminalEntry,
+};
 use crate::codec::{self, version, Frame};
 use crate::config::{EXE_ENV, HOST_ID_ENV, TERMINAL_ENV};
 use crate::terminal::{shell_integration, OutputItem, OutputPipeline, Pty, SpawnRequest};
@@ -131,7 +133,8 @@ impl Host {
                 .env
                 .extend(agent_env.map(|(k, v)| (k.into(), v.into())));
         }
-        let pipeline = OutputPipeline::new(nonce.clone(), Some(cwd_uri.clone()), inject);
+        let pipeline = OutputPipeline::new(nonce.clone(), Some(cwd_uri.clone()), inject)
+            .with_report_colors(self.config.report_colors);
         let ptys = self.ptys.clone();
         let started = tokio::task::spawn_blocking(move || {
             let mut request = request;
@@ -156,6 +159,8 @@ impl Host {
             }
         };
         let wake = Arc::new(tokio::sync::Notify::new());
+        let screen = screen::Screen::new(cols, rows);
+        let model_wake = screen.wake();
         let serial = {
             let mut inner = self.lock();
             inner.spawning.remove(&uri);
@@ -188,6 +193,7 @@ impl Host {
                     orphaned_since: None,
                     created_ms: shell_integration::now_ms(),
                     info_json: None,
+                    screen,
                 },
             );
             inner.refresh_orphans();
@@ -205,6 +211,7 @@ impl Host {
             return Err(HostError::internal("ahpty is shutting down"));
         };
         tracing::info!(terminal = %uri, pid = process.pid(), shell = %shell.display(), "terminal created");
+        tokio::spawn(screen::run(self.clone(), uri.clone(), serial, model_wake));
         tokio::spawn(pump::run(self.clone(), uri, serial, events, wake));
         Ok(())
     }
@@ -292,16 +299,30 @@ impl Host {
             return None;
         }
         let mut pieces = Vec::with_capacity(events.len());
+        // Each query's offset in the text stream: what came before it in this batch.
+        let mut replies = Vec::new();
+        let mut seen = 0;
         for ev in events {
             match ev {
-                OutputItem::Data(d) => pieces.push(d),
+                OutputItem::Data(d) => {
+                    seen += d.len() as u64;
+                    pieces.push(d);
+                }
                 OutputItem::Action(a) => {
                     inner.emit_data(uri, std::mem::take(&mut pieces));
                     inner.apply_server_action(uri, *a);
                 }
+                OutputItem::Reply(r) => replies.push((seen, r)),
             }
         }
         inner.emit_data(uri, pieces);
+        let t = inner.terminals.get_mut(uri)?;
+        if !replies.is_empty() {
+            let base = t.screen.tail() - seen;
+            let process = t.process.clone();
+            let replies = replies.into_iter().map(|(at, r)| (base + at, r)).collect();
+            t.screen.queries(replies, &*process);
+        }
         let t = inner.terminals.get(uri)?;
         in_flight.extend(
             inner
@@ -311,7 +332,16 @@ impl Host {
         inner.gate(uri)
     }
 
-    /// The process of the terminal at `uri` numbered `serial` exited: `terminal/exited`, then the root update.
+    /// The wake-up to wait for when the model of the terminal at `uri` numbered `serial` is
+    /// too far behind for more output to be taken (see `screen.rs`); `None` when it may go on.
+    pub(super) fn model_backlog(&self, uri: &str, serial: u64) -> Option<Arc<tokio::sync::Notify>> {
+        let inner = self.lock();
+        let t = inner.terminals.get(uri).filter(|t| t.serial == serial)?;
+        t.screen.backlog()
+    }
+
+    /// The process of the terminal at `uri` numbered `serial` exited: `terminal/exited`, then
+    /// the root update.
     pub(super) fn apply_exited(&self, uri: &str, serial: u64, exit_code: Option<i64>) {
         let mut inner = self.lock();
         if inner.terminals.get(uri).is_none_or(|t| t.serial != serial) {
@@ -364,6 +394,9 @@ impl Inner {
         let Some(t) = self.terminals.get_mut(uri) else {
             return;
         };
+        if matches!(action, StateAction::TerminalCleared(_)) {
+            t.screen.before_clear(&t.state);
+        }
         apply_action_to_terminal(&mut t.state, &action);
         if matches!(
             action,
@@ -448,6 +481,7 @@ impl Inner {
                 *piece = d.data;
             }
         }
+        t.screen.appended(added, cap);
         t.add_content(added, cap);
         let text: Frame = codec::data_action(uri, seq, &pieces).into();
         fan_out(&mut self.connections, &t.subscribers, None, &text);
@@ -523,6 +557,7 @@ impl TerminalEntry {
     fn add_content(&mut self, bytes: usize, cap: usize) {
         self.content_bytes += bytes;
         if self.content_bytes > scrollback::trim_threshold(cap) {
+            self.screen.before_trim(&self.state, cap);
             self.content_bytes = scrollback::trim(&mut self.state, cap);
         }
     }

@@ -1,7 +1,8 @@
 //! Escape-sequence framing of a pty output stream: which bytes are text and where each escape
 //! sequence starts and ends, across reads cut anywhere — and nothing else. Sequences are not
-//! interpreted; every byte is passed on verbatim (as UTF-8 text) except the OSCs the
-//! [`Perform`]er chooses to remove, which it receives instead. The shell-integration parser
+//! interpreted here; every byte is passed on verbatim (as UTF-8 text) except the sequences
+//! the [`Perform`]er chooses to remove (shell-integration OSCs, terminal queries), which it
+//! receives instead. The shell-integration parser
 //! (`shell_integration::parser`) is its performer; the scrollback trim asks it where a
 //! sequence ends ([`sequence_len`]) so that it never cuts one.
 //!
@@ -91,7 +92,11 @@ enum Mode {
     Skip { after_esc: bool },
 }
 
-/// Records which vte callbacks fired for the bytes just fed.
+/// Most CSI parameters recorded for the performer.
+const MAX_PARAMS: usize = 16;
+
+/// Records which vte callbacks fired for the bytes just fed (and what the last CSI or ESC
+/// sequence was).
 #[derive(Default)]
 struct Recorder {
     csi: bool,
@@ -99,6 +104,32 @@ struct Recorder {
     osc: bool,
     unhook: bool,
     cancel: bool,
+    /// The dispatched CSI's first sub-parameters (`n` of them), intermediates (`ni`) and
+    /// final byte; or the dispatched ESC's intermediates and final byte (0: ignored by vte).
+    params: [u16; MAX_PARAMS],
+    n: usize,
+    inter: [u8; 2],
+    ni: usize,
+    action: u8,
+}
+
+impl Recorder {
+    fn reset(&mut self) {
+        self.csi = false;
+        self.esc = false;
+        self.osc = false;
+        self.unhook = false;
+        self.cancel = false;
+    }
+
+    fn intermediates(&self) -> &[u8] {
+        &self.inter[..self.ni]
+    }
+
+    fn record_intermediates(&mut self, intermediates: &[u8]) {
+        self.ni = intermediates.len().min(self.inter.len());
+        self.inter[..self.ni].copy_from_slice(&intermediates[..self.ni]);
+    }
 }
 
 impl vte::Perform for Recorder {
@@ -113,16 +144,30 @@ impl vte::Perform for Recorder {
     fn osc_dispatch(&mut self, _params: &[&[u8]], _bell_terminated: bool) {
         self.osc = true;
     }
-    fn csi_dispatch(&mut self, _: &vte::Params, _: &[u8], _: bool, _: char) {
+    fn csi_dispatch(&mut self, params: &vte::Params, intermediates: &[u8], ignore: bool, c: char) {
         self.csi = true;
+        // An ignored (overlong) or non-ASCII sequence is not reported to the performer.
+        self.action = if ignore || !c.is_ascii() { 0 } else { c as u8 };
+        self.n = 0;
+        for p in params.iter().take(MAX_PARAMS) {
+            self.params[self.n] = p.first().copied().unwrap_or(0);
+            self.n += 1;
+        }
+        self.record_intermediates(intermediates);
     }
-    fn esc_dispatch(&mut self, _intermediates: &[u8], _ignore: bool, _byte: u8) {
+    fn esc_dispatch(&mut self, intermediates: &[u8], ignore: bool, byte: u8) {
         self.esc = true;
+        self.action = if ignore { 0 } else { byte };
+        self.n = 0;
+        self.record_intermediates(intermediates);
     }
 }
 
 /// What the framer asks of the code that interprets the stream (cf. `vte::Perform`): which
-/// OSCs to remove, and what to do with each complete OSC.
+/// sequences to remove, and what to do with each complete one. In every method `text` is the
+/// output framed so far and not yet taken ([`Framer::take_text`]): a performer that reports
+/// something about a sequence it removes takes that text first, so the report follows it.
+/// The defaults pass every sequence through.
 pub trait Perform {
     /// Whether an OSC whose payload (the bytes after `ESC ]`) begins with `payload` is removed
     /// from the output instead of passed through. Asked with the complete payload when the OSC
@@ -136,6 +181,38 @@ pub trait Perform {
     /// ending with this OSC's own bytes when it passes through: whatever the performer reports
     /// about the OSC should follow that text.
     fn osc_dispatch(&mut self, payload: &[u8], text: &mut String);
+
+    /// A complete OSC that [`removes_osc`](Self::removes_osc) passes, before anything else is
+    /// done with it (`bell`: ended by BEL rather than ST): `true` removes it (and it is not
+    /// dispatched).
+    fn takes_osc(&mut self, _payload: &[u8], _bell: bool, _text: &mut String) -> bool {
+        false
+    }
+
+    /// A complete CSI: the first sub-parameter of each of its parameters (at most 16), its
+    /// intermediates (at most 2) and its final byte. `true` removes it from the output; else
+    /// it passes through. Not asked for a CSI vte ignores (overlong) or a cancelled one.
+    fn csi_dispatch(
+        &mut self,
+        _params: &[u16],
+        _intermediates: &[u8],
+        _action: u8,
+        _text: &mut String,
+    ) -> bool {
+        false
+    }
+
+    /// A complete ESC sequence: its intermediates and final byte (0 when vte ignored it).
+    /// `true` removes it from the output.
+    fn esc_dispatch(&mut self, _intermediates: &[u8], _action: u8, _text: &mut String) -> bool {
+        false
+    }
+
+    /// A complete DCS (`sequence`: its raw bytes from `ESC P`, without the terminator).
+    /// `true` removes it from the output.
+    fn takes_dcs(&mut self, _sequence: &[u8], _text: &mut String) -> bool {
+        false
+    }
 }
 
 /// Passes every OSC through and ignores them.
@@ -242,7 +319,7 @@ impl Framer {
         self.started += 1;
         self.buf.clear();
         self.buf.push(ESC);
-        self.rec = Recorder::default();
+        self.rec.reset();
         self.vte.advance(&mut self.rec, &[ESC]);
         self.mode = Mode::Seq {
             kind: Kind::Esc,
@@ -254,6 +331,12 @@ impl Framer {
     fn release_held(&mut self) {
         let buf = mem::take(&mut self.buf);
         self.decoder.decode_into(&buf, &mut self.text);
+        self.recycle(buf);
+    }
+
+    /// Forgets the held sequence bytes (a removed sequence).
+    fn drop_held(&mut self) {
+        let buf = mem::take(&mut self.buf);
         self.recycle(buf);
     }
 
@@ -286,7 +369,7 @@ impl Framer {
             } => self.step_seq(kind, esc_intermediate, bytes, perform),
             Mode::AwaitSt { kind } => {
                 let b = bytes[0];
-                self.rec = Recorder::default();
+                self.rec.reset();
                 self.vte.advance(&mut self.rec, &[b]);
                 let buf = mem::take(&mut self.buf);
                 if b == b'\\' && self.rec.esc {
@@ -379,7 +462,7 @@ impl Framer {
                 .position(|&b| matches!(b, BEL | CAN | SUB | ESC | C1_ST))
                 .unwrap_or(limit);
             if n > 0 {
-                self.rec = Recorder::default();
+                self.rec.reset();
                 self.vte.advance(&mut self.rec, &bytes[..n]);
                 self.buf.extend_from_slice(&bytes[..n]);
                 self.check_overflow(kind, perform);
@@ -387,7 +470,7 @@ impl Framer {
             }
         }
         let b = bytes[0];
-        self.rec = Recorder::default();
+        self.rec.reset();
         self.vte.advance(&mut self.rec, &[b]);
         match kind {
             Kind::Esc => self.after_esc_byte(b, esc_intermediate, perform),
@@ -397,7 +480,21 @@ impl Framer {
                     self.start_seq_after_esc();
                 } else {
                     self.buf.push(b);
-                    if self.rec.csi || self.rec.cancel || (0x40..=0x7e).contains(&b) {
+                    if self.rec.csi && !self.rec.cancel && self.rec.action != 0 {
+                        let rec = &self.rec;
+                        let params = &rec.params[..rec.n];
+                        if perform.csi_dispatch(
+                            params,
+                            rec.intermediates(),
+                            rec.action,
+                            &mut self.text,
+                        ) {
+                            self.drop_held();
+                        } else {
+                            self.release_held();
+                        }
+                        self.mode = Mode::Ground;
+                    } else if self.rec.csi || self.rec.cancel || (0x40..=0x7e).contains(&b) {
                         self.release_held();
                         self.mode = Mode::Ground;
                     } else {
@@ -462,7 +559,7 @@ impl Framer {
     }
 
     /// Handles byte `b` (already fed to vte) of an ESC-kind sequence.
-    fn after_esc_byte<P: Perform>(&mut self, b: u8, esc_intermediate: bool, perform: &P) {
+    fn after_esc_byte<P: Perform>(&mut self, b: u8, esc_intermediate: bool, perform: &mut P) {
         if b == ESC {
             // vte restarts the escape; release what we had and start over.
             self.release_held();
@@ -470,6 +567,16 @@ impl Framer {
             return;
         }
         self.buf.push(b);
+        if self.rec.esc && !self.rec.cancel {
+            let rec = &self.rec;
+            if perform.esc_dispatch(rec.intermediates(), rec.action, &mut self.text) {
+                self.drop_held();
+            } else {
+                self.release_held();
+            }
+            self.mode = Mode::Ground;
+            return;
+        }
         if self.rec.esc || self.rec.cancel {
             self.release_held();
             self.mode = Mode::Ground;
@@ -529,6 +636,10 @@ impl Framer {
         terminator: Option<&[u8]>,
         perform: &mut P,
     ) {
+        if kind == Kind::Dcs && perform.takes_dcs(&buf, &mut self.text) {
+            self.recycle(buf);
+            return;
+        }
         if kind != Kind::Osc {
             if let Some(t) = terminator {
                 buf.extend_from_slice(t);
@@ -539,7 +650,13 @@ impl Framer {
         }
         // `buf` holds `ESC ] payload`: the terminator is not in it yet.
         let end = buf.len();
-        if !perform.removes_osc(osc_payload(&buf)) {
+        let removed = perform.removes_osc(osc_payload(&buf));
+        let bell = terminator == Some(&[BEL][..]);
+        if !removed && perform.takes_osc(osc_payload(&buf), bell, &mut self.text) {
+            self.recycle(buf);
+            return;
+        }
+        if !removed {
             if let Some(t) = terminator {
                 buf.extend_from_slice(t);
             }

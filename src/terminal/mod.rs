@@ -1,7 +1,8 @@
 //! Terminals at the OS level: a pty process plus the threads that move its bytes.
 //!
 //! [`start`] spawns the program (see [`process`]), a reader thread that turns pty bytes into
-//! [`OutputItem`]s through the [`output`] pipeline (UTF-8 assembly, shell-integration marks),
+//! [`OutputItem`]s through the [`output`] pipeline (UTF-8 assembly, shell-integration marks,
+//! terminal queries answered by the [`model`]),
 //! and a waiter thread that reports the exit status. Everything arrives, in order, on one
 //! hand-off of [`TerminalEvent`]s bounded in bytes ([`output::channel`]); when it is full the
 //! reader stops reading the pty, so a program that floods output blocks in `write` as in a
@@ -13,6 +14,7 @@
 pub(crate) mod escape;
 #[cfg(test)]
 pub(crate) mod fake;
+pub(crate) mod model;
 pub(crate) mod output;
 pub(crate) mod process;
 pub mod shell_integration;
@@ -47,6 +49,8 @@ pub enum OutputItem {
     Data(String),
     /// A server-originated terminal action derived from the output (command marks, cwd, title).
     Action(Box<StateAction>),
+    /// The answer to a terminal query found (and removed) at this point of the output.
+    Reply(model::Reply),
 }
 
 /// What a running terminal reports to the host, in order, through its hand-off

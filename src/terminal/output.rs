@@ -5,7 +5,8 @@
 //! UTF-8 across reads (invalid bytes become U+FFFD, no character is split between two events),
 //! removes every shell-integration sequence and reports marks; the [`CommandTracker`] turns
 //! the marks into terminal actions. Output written before a mark is emitted before the
-//! mark's action. Touches nothing outside the terminal it belongs to.
+//! mark's action. Terminal queries the parser removed become [`OutputItem::Reply`]s, in stream
+//! order, for the host to answer. Touches nothing outside the terminal it belongs to.
 //!
 //! The hand-off is bounded in bytes of output ([`PENDING_OUTPUT_BYTES`]): when that much is
 //! waiting, the reader thread stops reading the pty, so the program blocks in `write`. The
@@ -21,8 +22,10 @@ use parking_lot::{Condvar, Mutex, MutexGuard};
 use tokio::sync::mpsc::error::{SendError, TryRecvError};
 use tokio::sync::Notify;
 
+use super::model::query;
 use super::shell_integration::{now_ms, CommandTracker, OutputParser, Parsed};
 use super::{OutputItem, TerminalEvent};
+use crate::config::ReportColors;
 
 /// Output bytes that may wait in the hand-off before the reader thread stops reading the pty.
 pub const PENDING_OUTPUT_BYTES: usize = 128 * 1024;
@@ -32,6 +35,7 @@ pub struct OutputPipeline {
     parser: OutputParser,
     tracker: CommandTracker,
     scratch: Vec<Parsed>,
+    colors: ReportColors,
 }
 
 impl std::fmt::Debug for OutputPipeline {
@@ -56,7 +60,14 @@ impl OutputPipeline {
             parser,
             tracker: CommandTracker::new(cwd_uri),
             scratch: Vec::new(),
+            colors: ReportColors::default(),
         }
+    }
+
+    /// Answers OSC 10/11/12 colour queries with `colors` (default: [`ReportColors::default`]).
+    pub fn with_report_colors(mut self, colors: ReportColors) -> Self {
+        self.colors = colors;
+        self
     }
 
     /// Processes one read's bytes.
@@ -91,6 +102,11 @@ impl OutputPipeline {
                     self.tracker.on_mark(m, now_ms(), &mut actions);
                     out.extend(actions.drain(..).map(|a| OutputItem::Action(Box::new(a))));
                 }
+                Parsed::Query(q) => {
+                    if let Some(reply) = query::answer(&q, &self.colors) {
+                        out.push(OutputItem::Reply(reply));
+                    }
+                }
             }
         }
         out
@@ -103,7 +119,7 @@ pub fn batch_bytes(batch: &[OutputItem]) -> usize {
         .iter()
         .map(|e| match e {
             OutputItem::Data(d) => d.len(),
-            OutputItem::Action(_) => 0,
+            OutputItem::Action(_) | OutputItem::Reply(_) => 0,
         })
         .sum()
 }
@@ -384,6 +400,7 @@ mod tests {
                     StateAction::TerminalCommandFinished(f) => format!("done:{:?}", f.exit_code),
                     other => format!("{other:?}"),
                 },
+                OutputItem::Reply(r) => format!("reply:{r:?}"),
             })
             .collect();
         assert_eq!(

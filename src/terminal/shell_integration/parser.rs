@@ -17,10 +17,16 @@
 //! - exit codes outside the 32-bit signed range are reported as unknown;
 //! - the host of an OSC 7 URL is not checked (the path is what matters here);
 //! - titles lose their control characters and are cut to [`MAX_TITLE_CHARS`] characters.
+//!
+//! Terminal queries (cursor position, device attributes, mode and colour reports, …; see
+//! [`crate::terminal::model::query`]) are removed too and reported as [`Parsed::Query`], so
+//! that the host answers them and no client ever sees one. A live [`ModeTracker`] follows the
+//! modes set by the sequences going through, for DECRQM reports.
 
 use std::mem;
 
 use crate::terminal::escape::{Framer, Perform};
+use crate::terminal::model::{query, ModeTracker, Query};
 
 /// Longest title reported by [`Mark::Title`], in chars (Unicode scalar values), after control
 /// characters have been removed. Longer titles are cut to this length.
@@ -64,6 +70,8 @@ pub enum Parsed {
     Text(String),
     /// A mark found at this point of the stream.
     Mark(Mark),
+    /// A terminal query found (and removed) at this point of the stream.
+    Query(Query),
 }
 
 /// Streaming parser for one terminal's pty output. See the module docs.
@@ -72,6 +80,8 @@ pub struct OutputParser {
     /// Marks are trusted only when signed with the nonce (see [`OutputParser::signed`]).
     require_nonce: bool,
     framer: Framer,
+    /// The modes set by the output so far (for DECRQM reports).
+    modes: ModeTracker,
 }
 
 impl OutputParser {
@@ -82,6 +92,7 @@ impl OutputParser {
             nonce,
             require_nonce: false,
             framer: Framer::new(),
+            modes: ModeTracker::new(false),
         }
     }
 
@@ -108,6 +119,7 @@ impl OutputParser {
         let mut marks = Marks {
             nonce: &self.nonce,
             require_nonce: self.require_nonce,
+            modes: &mut self.modes,
             out,
         };
         self.framer.advance(bytes, &mut marks);
@@ -123,6 +135,7 @@ impl OutputParser {
         let mut marks = Marks {
             nonce: &self.nonce,
             require_nonce: self.require_nonce,
+            modes: &mut self.modes,
             out,
         };
         self.framer.finish(&mut marks);
@@ -133,11 +146,23 @@ impl OutputParser {
 }
 
 /// The framer's performer during one `feed`: removes the integration OSCs and turns OSCs into
-/// marks, after the text that precedes them.
+/// marks, removes terminal queries and reports them, each after the text that precedes it,
+/// and follows the modes the other sequences set.
 struct Marks<'a> {
     nonce: &'a str,
     require_nonce: bool,
+    modes: &'a mut ModeTracker,
     out: &'a mut Vec<Parsed>,
+}
+
+impl Marks<'_> {
+    /// Reports `query` after the text framed so far.
+    fn query(&mut self, query: Query, text: &mut String) {
+        if !text.is_empty() {
+            self.out.push(Parsed::Text(mem::take(text)));
+        }
+        self.out.push(Parsed::Query(query));
+    }
 }
 
 impl Perform for Marks<'_> {
@@ -152,6 +177,66 @@ impl Perform for Marks<'_> {
             }
             self.out.push(Parsed::Mark(mark));
         }
+    }
+
+    fn takes_osc(&mut self, payload: &[u8], bell: bool, text: &mut String) -> bool {
+        let Some(queries) = query::osc(payload, bell) else {
+            return false;
+        };
+        for q in queries {
+            self.query(q, text);
+        }
+        true
+    }
+
+    fn csi_dispatch(
+        &mut self,
+        params: &[u16],
+        intermediates: &[u8],
+        action: u8,
+        text: &mut String,
+    ) -> bool {
+        match query::csi(params, intermediates, action) {
+            Some(mut q) => {
+                if let Query::Mode {
+                    private,
+                    mode,
+                    report,
+                } = &mut q
+                {
+                    let modes = &self.modes.modes;
+                    *report = if *private {
+                        modes.dec_report(*mode)
+                    } else {
+                        modes.ansi_report(*mode)
+                    };
+                }
+                self.query(q, text);
+                true
+            }
+            None => {
+                self.modes.csi(params, intermediates, action, 0);
+                false
+            }
+        }
+    }
+
+    fn esc_dispatch(&mut self, intermediates: &[u8], action: u8, text: &mut String) -> bool {
+        if intermediates.is_empty() && action == b'Z' {
+            // DECID: the old form of DA1.
+            self.query(Query::PrimaryAttributes, text);
+            return true;
+        }
+        self.modes.esc(intermediates, action);
+        false
+    }
+
+    fn takes_dcs(&mut self, sequence: &[u8], text: &mut String) -> bool {
+        if !query::dcs(sequence) {
+            return false;
+        }
+        self.query(Query::Unanswered, text);
+        true
     }
 }
 

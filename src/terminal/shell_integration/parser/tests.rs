@@ -24,7 +24,7 @@ fn signed_parser_trusts_only_marks_with_the_nonce() {
         .iter()
         .filter_map(|e| match e {
             Parsed::Mark(m) => Some(m.clone()),
-            Parsed::Text(_) => None,
+            Parsed::Text(_) | Parsed::Query(_) => None,
         })
         .collect();
     assert_eq!(
@@ -44,7 +44,7 @@ fn signed_parser_trusts_only_marks_with_the_nonce() {
         .iter()
         .filter_map(|e| match e {
             Parsed::Text(t) => Some(t.as_str()),
-            Parsed::Mark(_) => None,
+            Parsed::Mark(_) | Parsed::Query(_) => None,
         })
         .collect();
     assert_eq!(text, "abcdefgh");
@@ -455,7 +455,7 @@ fn foreign_sequences_untouched() {
         b"\x1b_Gf=100;AAAA\x1b\\",
         b"\x1b^pm\x1b\\\x1bXsos\x1b\\",
         b"\x1b7\x1b8\x1b(B\x1b#8\x1bc",
-        b"\x1b[?1049h\x1b[2J\x1b[1;1H\x1b[38;2;1;2;3m\x1b[>c",
+        b"\x1b[?1049h\x1b[2J\x1b[1;1H\x1b[38;2;1;2;3m\x1b[>4;2m",
         b"\x1b[1\n2m",
         b"\x1b[1$}x\x1b[?1;2;3;4;5;6;7;8;9;10;11;12;13;14;15;16;17;18;19;20;21;22;23;24;25;26;27;28;29;30;31;32;33h",
         b"\r\n\t\x08\x07\x00\x7f\x1b\x1b[A\x1b\x18x\x1b]0;a\x18b",
@@ -465,6 +465,69 @@ fn foreign_sequences_untouched() {
         let ev = check_splits(input);
         assert_eq!(text_of(&ev).as_bytes(), input, "{input:?}");
     }
+}
+
+fn queries_of(ev: &[Parsed]) -> Vec<Query> {
+    ev.iter()
+        .filter_map(|e| match e {
+            Parsed::Query(q) => Some(q.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn queries_are_cut_and_reported_in_order() {
+    let input = b"a\x1b[6nb\x1b[?6nc\x1b[cd\x1b[>0ce\x1b]11;?\x1b\\f\x1b]10;?\x07g\x1bZh\
+                  \x1b[5ni\x1bP$qm\x1b\\j\x1b[18tk\x1b[?u\x1b]4;1;?\x07l";
+    let ev = check_splits(input);
+    assert_eq!(text_of(&ev), "abcdefghijkl");
+    assert_eq!(
+        queries_of(&ev),
+        [
+            Query::CursorPosition { extended: false },
+            Query::CursorPosition { extended: true },
+            Query::PrimaryAttributes,
+            Query::SecondaryAttributes,
+            Query::Color {
+                which: 11,
+                bell: false
+            },
+            Query::Color {
+                which: 10,
+                bell: true
+            },
+            Query::PrimaryAttributes,
+            Query::Status,
+            Query::Unanswered,
+            Query::WindowSize { op: 18 },
+            Query::Unanswered,
+            Query::Unanswered,
+        ]
+    );
+    // Text before a query comes before it.
+    assert_eq!(
+        run(&[b"ab\x1b[6", b"ncd"]),
+        vec![
+            Parsed::Text("ab".into()),
+            Parsed::Query(Query::CursorPosition { extended: false }),
+            Parsed::Text("cd".into()),
+        ]
+    );
+}
+
+#[test]
+fn mode_reports_follow_the_output() {
+    let ev = check_splits(b"\x1b[?2004$p\x1b[?2004h\x1b[?2004$p\x1b[4h\x1b[4$p\x1b[?77$p");
+    assert_eq!(text_of(&ev), "\x1b[?2004h\x1b[4h");
+    let reports: Vec<u8> = queries_of(&ev)
+        .iter()
+        .map(|q| match q {
+            Query::Mode { report, .. } => *report,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(reports, [2, 1, 1, 0]);
 }
 
 #[test]
@@ -560,7 +623,7 @@ fn byte_exact_over_many_vectors() {
         b"\x1b]133;C\x07",
         b"\x1b]633;D;0\x1b\\",
         b"\x1b]7;file:///tmp\x07",
-        b"\x1bP+q544e\x1b\\",
+        b"\x1bPq#0;2;0;0;0\x1b\\",
         b"\r\n",
     ];
     // Deterministic pseudo-random concatenations.
