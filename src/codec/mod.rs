@@ -70,6 +70,11 @@ impl Frame {
         self.0.is_empty()
     }
 
+    /// The shared bytes (valid UTF-8), without a copy.
+    pub fn bytes(&self) -> &Bytes {
+        &self.0
+    }
+
     /// The bytes, which are valid UTF-8.
     pub fn into_bytes(self) -> Bytes {
         self.0

@@ -16,14 +16,13 @@ use super::channel::{self, ChannelKind};
 use super::history::Entry;
 use super::{ConnId, Host, HostError, Inner};
 use crate::codec::{self, version, Wire};
-use crate::terminal::Pty;
 
 /// Largest `reconnect` replay, in bytes of encoded envelopes; a longer one is answered with
 /// snapshots instead, which are never larger than the retained state.
 pub const MAX_REPLAY_BYTES: usize = 32 * 1024 * 1024;
 
-/// A reaped terminal: its URI, claim holder and process.
-type Expired = (String, String, Arc<dyn Pty>);
+/// A reaped terminal: its URI, claim holder and what is left to do.
+type Expired = (String, String, super::Removed);
 
 /// WebSocket close code sent to a connection whose `clientId` reconnected elsewhere.
 pub const CLOSE_SUPERSEDED: u16 = 4000;
@@ -296,7 +295,8 @@ impl Host {
                     .into_iter()
                     .filter_map(|uri| {
                         let t = inner.remove_terminal(&uri)?;
-                        Some((uri, t.holder, t.process))
+                        let holder = t.holder.clone();
+                        Some((uri, holder, inner.removed(t)))
                     })
                     .collect();
                 let next = inner
@@ -307,14 +307,14 @@ impl Host {
                     .map(|s| s + grace);
                 (expired, next)
             };
-            for (uri, holder, process) in expired {
+            for (uri, holder, removed) in expired {
                 tracing::info!(
                     terminal = %uri,
                     %holder,
                     grace_secs = grace.as_secs_f64(),
                     "reaping terminal: its claim holder has been disconnected longer than the orphan grace"
                 );
-                self.kill(process).await;
+                self.kill(removed).await;
             }
             match next {
                 Some(at) => {

@@ -268,7 +268,7 @@ impl Screen {
     /// Handles the replies to queries found in output just appended: `at` is each query's
     /// offset. Replies that need no model are written at once unless a cursor report is
     /// still being computed (then they wait their turn).
-    pub(super) fn queries(&mut self, replies: Vec<(u64, Reply)>, process: &dyn Pty) {
+    pub(super) fn queries(&mut self, replies: Vec<(u64, Reply)>, process: Option<&dyn Pty>) {
         for (at, reply) in replies {
             if self.replies.is_empty() && !matches!(reply, Reply::CursorPosition { .. }) {
                 self.write_reply(&reply, process);
@@ -279,7 +279,7 @@ impl Screen {
         }
     }
 
-    fn write_reply(&self, reply: &Reply, process: &dyn Pty) {
+    fn write_reply(&self, reply: &Reply, process: Option<&dyn Pty>) {
         let bytes = match reply {
             Reply::Bytes(b) => b.clone(),
             Reply::WindowSize { op } => {
@@ -288,8 +288,11 @@ impl Screen {
             // Answered by the model task.
             Reply::CursorPosition { .. } => return,
         };
-        // Only the pty vanishing can fail, and then nobody waits for the answer.
-        let _ = process.write(bytes);
+        // Only the pty vanishing can fail, and then nobody waits for the answer (nor does a
+        // terminal without a process).
+        if let Some(process) = process {
+            let _ = process.write(bytes);
+        }
     }
 
     /// The waiting pending text's wake-up when the terminal's output must wait for the model
@@ -427,7 +430,7 @@ impl Screen {
 
     /// Publishes a job's results (under the lock). Offsets only grow, so a result computed
     /// while more output arrived is still right for the point it was computed at.
-    fn publish(&mut self, done: Done, process: &dyn Pty) {
+    fn publish(&mut self, done: Done, process: Option<&dyn Pty>) {
         if let Some((at, frozen)) = done.base.clone() {
             self.advance_to(at, frozen);
         }
@@ -470,7 +473,7 @@ impl Screen {
     }
 
     /// Publishes a job's repaint and cursor report.
-    fn publish_rest(&mut self, done: Done, process: &dyn Pty) {
+    fn publish_rest(&mut self, done: Done, process: Option<&dyn Pty>) {
         if let Some(repaint) = done.repaint {
             if self.resizes.back().is_some_and(|r| r.at == repaint.0) {
                 self.repaint = Some(repaint);
@@ -479,7 +482,9 @@ impl Screen {
         if let Some((at, bytes, frozen)) = done.cursor {
             if matches!(self.replies.front(), Some((q, Reply::CursorPosition { .. })) if *q == at) {
                 self.replies.pop_front();
-                let _ = process.write(bytes);
+                if let Some(process) = process {
+                    let _ = process.write(bytes);
+                }
                 if at >= self.base_at {
                     self.probe = Some((at, frozen));
                 }
@@ -598,6 +603,6 @@ pub(super) async fn run(host: Arc<Host>, uri: String, serial: u64, wake: Arc<Not
             return;
         };
         let process = t.process.clone();
-        t.screen.publish(done, &*process);
+        t.screen.publish(done, process.as_deref());
     }
 }

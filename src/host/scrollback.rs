@@ -1,7 +1,7 @@
 //! Bounded retained content ("scrollback") of a terminal state.
 //!
 //! The reducers only ever append to `TerminalState.content`. Snapshots carry at most the cap
-//! (built from just the part that a trim would keep, [`with_content`]); in memory the host lets the
+//! ([`retained`] copies just the part that a trim would keep); in memory the host lets the
 //! content grow to [`trim_threshold`] (twice the cap) before it calls [`trim`], so a flood
 //! moves each byte at most once instead of moving the whole buffer on every append. Trimming
 //! drops whole leading parts first, then cuts the head of the oldest remaining one, always on
@@ -11,7 +11,9 @@
 //! output may be cut. A trim is not an action: it shows only in later snapshots
 //! (docs/protocol.md, "Retained content"). Pure functions on a `TerminalState`.
 
-use ahp_types::state::{TerminalContentPart, TerminalState};
+use ahp_types::state::{
+    TerminalCommandPart, TerminalContentPart, TerminalState, TerminalUnclassifiedPart,
+};
 
 use crate::terminal::escape::sequence_len;
 
@@ -84,9 +86,7 @@ pub fn trim(state: &mut TerminalState, cap: usize) -> usize {
 }
 
 /// A copy of `state` whose content is what [`trim`] to `cap` would keep, copying only that.
-#[cfg(test)]
 pub fn retained(state: &TerminalState, cap: usize) -> TerminalState {
-    use ahp_types::state::{TerminalCommandPart, TerminalUnclassifiedPart};
     let (parts, cut, _) = plan(state, cap);
     let mut content: Vec<TerminalContentPart> = Vec::with_capacity(state.content.len() - parts);
     for (i, part) in state.content[parts..].iter().enumerate() {

@@ -31,12 +31,13 @@ use super::channel::{self, ChannelKind};
 use super::flow::{Gate, Subscribers};
 use super::history::History;
 use super::outbox::OutboxRef;
+use super::persist::{self, Removed};
 use super::{
     pump, screen, scrollback, validate, ConnEntry, ConnId, Host, HostError, Inner, TerminalEntry,
 };
 use crate::codec::{self, version, Frame};
 use crate::config::{EXE_ENV, HOST_ID_ENV, TERMINAL_ENV};
-use crate::terminal::{shell_integration, OutputItem, OutputPipeline, Pty, SpawnRequest};
+use crate::terminal::{shell_integration, OutputItem, OutputPipeline, SpawnRequest};
 
 /// Largest `data` of one `terminal/data` envelope, in bytes; longer output is split on
 /// character boundaries.
@@ -185,7 +186,7 @@ impl Host {
                     serial,
                     state,
                     subscribers: Subscribers::new(wake.clone()),
-                    process: process.clone(),
+                    process: Some(process.clone()),
                     holder,
                     renamed_by_client: false,
                     content_bytes: 0,
@@ -194,21 +195,30 @@ impl Host {
                     created_ms: shell_integration::now_ms(),
                     info_json: None,
                     screen,
+                    transcript: None,
                 },
             );
+            inner.persist_new(&uri);
             inner.refresh_orphans();
             inner.emit_root_terminals();
             // A shutdown that began while spawning has already swept the terminal list.
             if inner.shutting_down {
-                inner.terminals.remove(&uri);
-                None
+                let entry = inner.terminals.remove(&uri);
+                Err(entry.map(|t| inner.removed(t)))
             } else {
-                Some(serial)
+                Ok(serial)
             }
         };
-        let Some(serial) = serial else {
-            self.kill(process).await;
-            return Err(HostError::internal("ahpty is shutting down"));
+        let serial = match serial {
+            Ok(serial) => serial,
+            Err(removed) => {
+                let removed = removed.unwrap_or(Removed {
+                    process: Some(process),
+                    transcript: None,
+                });
+                self.kill(removed).await;
+                return Err(HostError::internal("ahpty is shutting down"));
+            }
         };
         tracing::info!(terminal = %uri, pid = process.pid(), shell = %shell.display(), "terminal created");
         tokio::spawn(screen::run(self.clone(), uri.clone(), serial, model_wake));
@@ -254,12 +264,13 @@ impl Host {
         }
     }
 
-    /// `disposeTerminal` (docs/protocol.md, "`disposeTerminal`"), first half: removes the terminal (no more actions on
-    /// its channel; its URI is free again) and emits `root/terminalsChanged`. The caller then
-    /// kills its processes with [`Host::kill`] before answering.
+    /// `disposeTerminal` (docs/protocol.md, "`disposeTerminal`"), first half: removes the
+    /// terminal (no more actions on its channel; its URI is free again), queues the deletion
+    /// of its transcript and emits `root/terminalsChanged`. The caller then kills its
+    /// processes and waits for the deletion with [`Host::kill`] before answering.
     /// Errors (decision D2): unknown terminal → not found (-32008); session/chat URI → session
     /// not found (-32001); not a URI → invalid params (-32602).
-    pub fn remove_terminal(&self, uri: &str) -> Result<Arc<dyn Pty>, HostError> {
+    pub fn remove_terminal(&self, uri: &str) -> Result<Removed, HostError> {
         let mut inner = self.lock();
         match channel::classify(uri) {
             ChannelKind::Session => return Err(HostError::session_not_found(uri)),
@@ -271,15 +282,9 @@ impl Host {
         let Some(entry) = inner.remove_terminal(uri) else {
             return Err(HostError::not_found(format!("terminal not found: {uri}")));
         };
-        tracing::info!(terminal = %uri, pid = entry.process.pid(), "terminal disposed");
-        Ok(entry.process)
-    }
-
-    /// Kills every process of a removed terminal's session (SIGHUP, then SIGKILL after the
-    /// configured grace) and waits until they are gone.
-    pub async fn kill(&self, process: Arc<dyn Pty>) {
-        let grace = self.config.kill_grace;
-        let _ = tokio::task::spawn_blocking(move || process.kill_session(grace)).await;
+        let removed = inner.removed(entry);
+        tracing::info!(terminal = %uri, pid = removed.pid(), "terminal disposed");
+        Ok(removed)
     }
 
     /// Output of the terminal at `uri` numbered `serial`, in stream order (called by the terminal's pump).
@@ -321,7 +326,7 @@ impl Host {
             let base = t.screen.tail() - seen;
             let process = t.process.clone();
             let replies = replies.into_iter().map(|(at, r)| (base + at, r)).collect();
-            t.screen.queries(replies, &*process);
+            t.screen.queries(replies, process.as_deref());
         }
         let t = inner.terminals.get(uri)?;
         in_flight.extend(
@@ -398,6 +403,7 @@ impl Inner {
             t.screen.before_clear(&t.state);
         }
         apply_action_to_terminal(&mut t.state, &action);
+        let persisted = persist::Kind::of(&action);
         if matches!(
             action,
             StateAction::TerminalTitleChanged(_)
@@ -430,6 +436,7 @@ impl Inner {
             Some(&envelope),
             &text,
         );
+        persist::record(self.store.as_deref(), t, uri, cap, &text, persisted);
         t.history.push(seq, text, None);
     }
 
@@ -485,6 +492,8 @@ impl Inner {
         t.add_content(added, cap);
         let text: Frame = codec::data_action(uri, seq, &pieces).into();
         fan_out(&mut self.connections, &t.subscribers, None, &text);
+        let kind = persist::Kind::State;
+        persist::record(self.store.as_deref(), t, uri, cap, &text, kind);
         t.history.push(seq, text, None);
     }
 
