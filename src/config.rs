@@ -9,6 +9,8 @@
 //! naming the setting and where it came from ([`ConfigError`]).
 //!
 //! This is the bottom layer: it uses nothing else of the crate.
+//!
+//! May touch: the environment and the config file it is given to read; nothing else.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -1400,11 +1402,10 @@ impl Token {
         Ok(Token(value))
     }
 
-    /// A fresh random token: 32 bytes from the kernel's CSPRNG, hex-encoded.
+    /// A fresh random token: 32 bytes from the kernel's CSPRNG (`getrandom(2)`), hex-encoded.
     pub fn generate() -> std::io::Result<Token> {
-        use std::io::Read;
         let mut bytes = [0u8; 32];
-        std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+        getrandom::fill(&mut bytes)?;
         Ok(Token(bytes.iter().map(|b| format!("{b:02x}")).collect()))
     }
 

@@ -1,6 +1,8 @@
 //! The `ahpty` command line: parse arguments, set up logging, call into the library. Every
 //! setting's default, limit and documentation lives in `ahpty::config`; this file only
 //! declares the flags and hands what was given to `config::load`.
+//!
+//! May touch: argv, stdout/stderr, the tracing subscriber; everything else is the library's.
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -689,9 +691,9 @@ struct LsArgs {
 #[derive(clap::Args)]
 struct AttachOpts {
     /// The key that detaches: ctrl-a … ctrl-z, ctrl-\, ctrl-], ctrl-^, ctrl-_, ctrl-@ (or
-    /// ^X), or `none`.
-    #[arg(long, value_name = "KEY", default_value = "ctrl-\\")]
-    detach_key: ahpty::client::attach::DetachKey,
+    /// ^X), or `none` [default: ctrl-\].
+    #[arg(long, value_name = "KEY")]
+    detach_key: Option<ahpty::client::attach::DetachKey>,
     /// Watch only: send no keys and no window size.
     #[arg(long)]
     read_only: bool,
@@ -704,7 +706,10 @@ struct AttachOpts {
 impl AttachOpts {
     fn options(&self) -> ahpty::client::attach::AttachOptions {
         ahpty::client::attach::AttachOptions {
-            detach_key: self.detach_key.0,
+            detach_key: self
+                .detach_key
+                .as_ref()
+                .map_or(Some(ahpty::client::attach::DEFAULT_DETACH_KEY), |k| k.0),
             read_only: self.read_only,
             take: self.take,
         }

@@ -6,57 +6,21 @@
 //!
 //! Security decisions live in [`auth`] (token, start-up checks), [`upgrade`] (Origin, Host),
 //! [`unix`] (socket file, peer uid) and [`tls`]; docs/security.md explains them.
+//!
+//! May touch: listening sockets, socket files, accepted sockets; the host only through its API
+//! (shutdown, the reaper and watchdog it spawns).
 
-/// Implements `tokio::io::AsyncWrite` for a stream wrapper `$ty<S>` by passing every call to
-/// its `inner` field (the wrappers here only change how the stream is read).
-macro_rules! delegate_async_write {
-    ($ty:ident) => {
-        impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for $ty<S> {
-            fn poll_write(
-                mut self: std::pin::Pin<&mut Self>,
-                cx: &mut std::task::Context<'_>,
-                buf: &[u8],
-            ) -> std::task::Poll<std::io::Result<usize>> {
-                std::pin::Pin::new(&mut self.inner).poll_write(cx, buf)
-            }
-
-            fn poll_flush(
-                mut self: std::pin::Pin<&mut Self>,
-                cx: &mut std::task::Context<'_>,
-            ) -> std::task::Poll<std::io::Result<()>> {
-                std::pin::Pin::new(&mut self.inner).poll_flush(cx)
-            }
-
-            fn poll_shutdown(
-                mut self: std::pin::Pin<&mut Self>,
-                cx: &mut std::task::Context<'_>,
-            ) -> std::task::Poll<std::io::Result<()>> {
-                std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
-            }
-
-            fn poll_write_vectored(
-                mut self: std::pin::Pin<&mut Self>,
-                cx: &mut std::task::Context<'_>,
-                bufs: &[std::io::IoSlice<'_>],
-            ) -> std::task::Poll<std::io::Result<usize>> {
-                std::pin::Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
-            }
-
-            fn is_write_vectored(&self) -> bool {
-                self.inner.is_write_vectored()
-            }
-        }
-    };
-}
-
-pub mod auth;
-pub mod connection;
+pub(crate) mod auth;
+mod connection;
 pub mod fdlimit;
-pub mod pending;
-pub mod prefixed;
-pub mod tls;
-pub mod unix;
-pub mod upgrade;
+mod handshake;
+pub(crate) mod pending;
+mod reader;
+pub(crate) mod request_line;
+pub(crate) mod tls;
+pub(crate) mod unix;
+pub(crate) mod upgrade;
+mod writer;
 
 use std::future::Future;
 
@@ -166,7 +130,8 @@ impl Listener {
         }
     }
 
-    fn describe(&self) -> String {
+    /// `ws://ADDR` (`wss://` with TLS) or `unix:PATH`: what `listening on …` prints.
+    fn url(&self) -> String {
         match self {
             Listener::Tcp { addr, tls, .. } => {
                 format!("{}://{addr}", if tls.is_some() { "wss" } else { "ws" })
@@ -219,7 +184,7 @@ impl Server {
                     let listener = listen_tcp(*addr).map_err(|e| {
                         io::Error::new(
                             e.kind(),
-                            format!("cannot listen on {addr}: {}", describe(&e)),
+                            format!("cannot listen on {addr}: {}", bind_error(&e)),
                         )
                     })?;
                     let addr = listener.local_addr()?;
@@ -296,8 +261,8 @@ impl Server {
             .iter()
             .filter_map(|l| match l {
                 Listener::Tcp { .. } => Some(match (&self.token, self.generated_token) {
-                    (Some(t), true) => format!("{}?tkn={}", l.describe(), t.expose()),
-                    _ => l.describe(),
+                    (Some(t), true) => format!("{}?tkn={}", l.url(), t.expose()),
+                    _ => l.url(),
                 }),
                 Listener::Unix { .. } => None,
             })
@@ -309,7 +274,7 @@ impl Server {
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         for l in &self.listeners {
             // Tests and scripts parse `listening on ws://ADDR`: keep this format.
-            tracing::info!("listening on {}", l.describe());
+            tracing::info!("listening on {}", l.url());
         }
         let has_tcp = self
             .listeners
@@ -383,7 +348,7 @@ impl Server {
                         let ctx = self.ctx.clone();
                         match (accepted, &self.listeners[i]) {
                             (Accepted::Tcp(stream, peer), Listener::Tcp { tls, policy, .. }) => {
-                                connections.spawn(connection::handle_tcp(
+                                connections.spawn(handshake::handle_tcp(
                                     stream,
                                     peer,
                                     ctx,
@@ -393,7 +358,7 @@ impl Server {
                                 ));
                             }
                             (Accepted::Unix(stream, uid), Listener::Unix { policy, .. }) => {
-                                connections.spawn(connection::handle_unix(
+                                connections.spawn(handshake::handle_unix(
                                     stream,
                                     uid,
                                     ctx,
@@ -474,7 +439,8 @@ fn listen_tcp(addr: SocketAddr) -> io::Result<TcpListener> {
     socket.listen(LISTEN_BACKLOG)
 }
 
-fn describe(e: &io::Error) -> String {
+/// Why binding a TCP listener failed, in a few words.
+fn bind_error(e: &io::Error) -> String {
     match e.kind() {
         io::ErrorKind::AddrInUse => "address already in use".into(),
         io::ErrorKind::PermissionDenied => "permission denied".into(),

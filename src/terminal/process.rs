@@ -16,12 +16,13 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc as std_mpsc;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::Pid;
+use parking_lot::Mutex;
 use portable_pty::{native_pty_system, CommandBuilder, MasterPty, PtySize};
 
 /// What to run and how.
@@ -290,20 +291,19 @@ impl PtyProcess {
             reader,
         ))
     }
+}
 
+impl super::Pty for PtyProcess {
     /// Process id of the program, which is also its session id and process group id.
-    pub fn pid(&self) -> i32 {
+    fn pid(&self) -> i32 {
         self.pid
     }
 
     /// Queues bytes for the pty; never blocks. Bytes are written in order, unmodified, by the
     /// terminal's writer thread. Errors: [`InputError::QueueFull`] when more than
     /// [`MAX_PENDING_INPUT_BYTES`] would be waiting; [`InputError::Closed`] when the pty is gone.
-    pub fn write(&self, bytes: Vec<u8>) -> Result<(), InputError> {
-        let guard = match self.input.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
+    fn write(&self, bytes: Vec<u8>) -> Result<(), InputError> {
+        let guard = self.input.lock();
         let Some(tx) = guard.as_ref() else {
             return Err(InputError::Closed);
         };
@@ -316,17 +316,14 @@ impl PtyProcess {
     }
 
     /// Would `len` more bytes of input fit in the queue?
-    pub fn input_fits(&self, len: usize) -> bool {
+    fn input_fits(&self, len: usize) -> bool {
         self.pending_input.load(Ordering::Acquire) + len <= MAX_PENDING_INPUT_BYTES
     }
 
     /// Sets the pty window size; the foreground process group receives SIGWINCH.
-    pub fn resize(&self, cols: u16, rows: u16) -> io::Result<()> {
-        let master = match self.master.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
-        master
+    fn resize(&self, cols: u16, rows: u16) -> io::Result<()> {
+        self.master
+            .lock()
             .resize(PtySize {
                 rows,
                 cols,
@@ -342,11 +339,9 @@ impl PtyProcess {
     /// second. Processes that left the session (`setsid`) are out of reach, but the reader and
     /// writer threads stop at once and let go of the pty, which is closed when this
     /// `PtyProcess` is dropped: such a process then gets EIO on the pty. Blocking.
-    pub fn kill_session(&self, grace: Duration) {
+    fn kill_session(&self, grace: Duration) {
         // Stop accepting input so the writer thread ends, and stop reading output.
-        if let Ok(mut g) = self.input.lock() {
-            g.take();
-        }
+        self.input.lock().take();
         self.io.stop();
         kill_session(self.pid, grace);
     }
@@ -567,11 +562,11 @@ pub fn open_file_limit() -> io::Result<(u64, u64)> {
     Ok((l.rlim_cur, l.rlim_max))
 }
 
-/// File descriptors this process has open now (from `/proc/self/fd`).
+/// File descriptors this process has open now (from `/proc/self/fd`; 0 if unreadable).
 pub fn open_descriptors() -> u64 {
-    std::fs::read_dir("/proc/self/fd")
-        .map(|d| d.count() as u64)
-        .unwrap_or(0)
+    procfs::process::Process::myself()
+        .and_then(|me| me.fd_count())
+        .map_or(0, |n| n as u64)
 }
 
 /// Blocks until the process `pid` (a child of this daemon) exits; returns its exit code,
@@ -591,38 +586,17 @@ pub fn wait_exit(pid: i32) -> Option<i64> {
     }
 }
 
-/// Process ids and process group ids of every live process whose session id is `sid`,
-/// read from `/proc/<pid>/stat`.
+/// Process ids and process group ids of every live (not zombie) process whose session id is
+/// `sid`, from `/proc/<pid>/stat`. Processes that vanish while the list is read are skipped.
 pub fn session_members(sid: i32) -> Vec<(i32, i32)> {
-    let mut out = Vec::new();
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return out;
+    let Ok(all) = procfs::process::all_processes() else {
+        return Vec::new();
     };
-    for entry in dir.flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name.to_str().and_then(|s| s.parse::<i32>().ok()) else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        // The command name is in parentheses and may itself hold spaces or parentheses.
-        let Some(after) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
-            continue;
-        };
-        let fields: Vec<&str> = after.split_whitespace().collect();
-        // After the name: state, ppid, pgrp, session.
-        if fields.len() < 4 || fields[0] == "Z" {
-            continue;
-        }
-        let (Ok(pgrp), Ok(session)) = (fields[2].parse::<i32>(), fields[3].parse::<i32>()) else {
-            continue;
-        };
-        if session == sid {
-            out.push((pid, pgrp));
-        }
-    }
-    out
+    all.flatten()
+        .filter_map(|p| p.stat().ok())
+        .filter(|stat| stat.session == sid && stat.state != 'Z')
+        .map(|stat| (stat.pid, stat.pgrp))
+        .collect()
 }
 
 fn signal_all(members: &[(i32, i32)], sig: Signal) {
@@ -637,7 +611,7 @@ fn signal_all(members: &[(i32, i32)], sig: Signal) {
     }
 }
 
-/// See [`PtyProcess::kill_session`].
+/// See [`Pty::kill_session`](super::Pty::kill_session).
 pub fn kill_session(sid: i32, grace: Duration) {
     let members = session_members(sid);
     if members.is_empty() {
