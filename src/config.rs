@@ -552,17 +552,17 @@ impl fmt::Display for Origin {
 pub enum ConfigError {
     /// The settings are wrong as written (bad value, unknown key, contradiction): exit status 2.
     Invalid(String),
-    /// The settings are fine but cannot be carried out (a file they name cannot be read, the
-    /// shell is not executable): exit status 1.
+    /// The settings are well-formed but cannot be carried out (a file they name cannot be
+    /// read, the shell is not executable): exit status 2 as well — retrying cannot help
+    /// until they are changed (the systemd unit does not restart on 2).
     Unusable(String),
 }
 
 impl ConfigError {
-    /// 2 for [`ConfigError::Invalid`], 1 for [`ConfigError::Unusable`].
+    /// 2: every settings error is one the user has to fix (docs/service.md).
     pub fn exit_code(&self) -> u8 {
         match self {
-            ConfigError::Invalid(_) => 2,
-            ConfigError::Unusable(_) => 1,
+            ConfigError::Invalid(_) | ConfigError::Unusable(_) => 2,
         }
     }
 }

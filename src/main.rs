@@ -17,9 +17,10 @@ use tracing_subscriber::EnvFilter;
 
 /// Serve Agent Host Protocol (AHP) 1.0 terminals over WebSocket.
 #[derive(Parser)]
-#[command(name = "ahpty", version, about, after_help = AFTER_HELP)]
+#[command(name = "ahpty", version, about, after_help = TOP_AFTER_HELP)]
 struct Cli {
-    /// More log output (-v debug, -vv trace); RUST_LOG overrides.
+    /// More log output: -v ahpty's debug messages, -vv its trace messages, -vvv those of
+    /// its libraries too; RUST_LOG overrides.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     verbose: u8,
     #[command(subcommand)]
@@ -28,15 +29,41 @@ struct Cli {
 
 const AFTER_HELP: &str = "Settings come from flags, then AHPTY_* variables, then \
 $XDG_CONFIG_HOME/ahpty/config.toml (keys named like the flags), then defaults: \
-`ahpty config` shows which. Exit status 2: the settings are wrong as written; 1: the daemon \
-could not start or stopped on an error.";
+`ahpty config` shows which. Exit status 2: the settings are wrong, or name a file that cannot \
+be used (also a usage error); 1: the daemon could not start (e.g. an address in use) or \
+stopped on an error.";
+
+const TOP_AFTER_HELP: &str = "The daemon: `ahpty serve` (settings: `ahpty help serve`). The \
+client commands (ls, attach, new, send, kill, run, logs) find it on its default socket, \
+$XDG_RUNTIME_DIR/ahpty/ahpty.sock, or at --url / $AHPTY_URL.
+
+Exit status: serve and config exit 2 when the settings are wrong, 1 when the daemon could not \
+start. The client commands exit 2 when no daemon can be reached (or on a usage error), 1 when \
+the daemon refused or no terminal matches, 255 when the connection was lost; attach and run \
+exit with the remote program's status.";
+
+const SERVE_ABOUT: &str = "Run the daemon in the foreground: it listens on the --listen \
+addresses (TCP) and on its default Unix socket, prints one connect URL per TCP listener on \
+stdout (ws://HOST:PORT?tkn=TOKEN when it generated the token), logs to stderr, and stops \
+cleanly on SIGINT or SIGTERM (its terminals are hung up, every connection is closed with code \
+1001). As a systemd user service: `ahpty service install` (docs/service.md).
+
+Examples:
+  ahpty serve
+  ahpty serve --listen 127.0.0.1:8765 --token-file ~/.config/ahpty/token
+  ahpty serve --listen 127.0.0.1:0 --no-socket     # a second, private daemon";
+
+/// Footer of every client subcommand's help.
+const CLIENT_AFTER_HELP: &str = "Exit status: 0 done; 1 the daemon refused, or no terminal \
+matches, or the selection is ambiguous; 2 no daemon reachable (none running, wrong URL or \
+token) or a usage error; 255 the connection was lost.";
 
 #[derive(Subcommand)]
 // Parsed once per process: the size difference between the variants does not matter.
 #[allow(clippy::large_enum_variant)]
 enum Command {
     /// Run the daemon.
-    #[command(after_help = AFTER_HELP)]
+    #[command(long_about = SERVE_ABOUT, after_help = AFTER_HELP)]
     Serve(ServeArgs),
     /// Print the settings `serve` would use, each with where it came from: a flag, an
     /// environment variable, FILE:LINE of the config file, or the default.
@@ -227,12 +254,15 @@ fn main() -> ExitCode {
     // process ever inherits it.
     let env_token = std::env::var(TOKEN_ENV).ok();
     std::env::remove_var(TOKEN_ENV);
+    // Runs inside a terminal on behalf of `ahpty run`: not a subcommand of the interface (no
+    // help, completion or man page), no logging of its own.
+    let mut args = std::env::args_os().skip(1);
+    if args.next().as_deref() == Some(std::ffi::OsStr::new(ahpty::client::wrapper::SUBCOMMAND)) {
+        let words: Vec<std::ffi::OsString> = args.collect();
+        return ExitCode::from(ahpty::client::wrapper::run_wrapper(&words));
+    }
     let cli = Cli::parse();
     match cli.command {
-        // Runs inside a terminal on behalf of `ahpty run`: no logging of its own.
-        Command::Client(ClientCommand::RunWrapper(w)) => {
-            ExitCode::from(ahpty::client::wrapper::run_wrapper(&w.words))
-        }
         Command::Client(command) => {
             // The client subcommands report failures as one line of their own.
             init_tracing_at(cli.verbose, "error");
@@ -242,7 +272,7 @@ fn main() -> ExitCode {
             init_tracing(cli.verbose);
             serve(&args, env_token)
         }
-        Command::Config(args) => print_config(&args, env_token.is_some()),
+        Command::Config(args) => print_config(&args, env_token),
         Command::Service { action } => {
             let mut out = std::io::stdout().lock();
             let result = match action {
@@ -278,9 +308,10 @@ fn init_tracing(verbose: u8) {
 /// [`init_tracing`] with `quiet` as the level without `-v`.
 fn init_tracing_at(verbose: u8, quiet: &str) {
     let default_level = match verbose {
-        0 => quiet,
-        1 => "debug",
-        _ => "trace",
+        0 => quiet.to_string(),
+        1 => format!("{quiet},ahpty=debug"),
+        2 => format!("{quiet},ahpty=trace"),
+        _ => "trace".to_string(),
     };
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
@@ -328,16 +359,53 @@ fn fail(e: &ConfigError) -> ExitCode {
     ExitCode::from(e.exit_code())
 }
 
+/// Settings resolved and checked as `serve` checks them before binding anything: the token
+/// file read, `no_auth` and tokens against the listeners' addresses, the TLS files loaded.
+/// Every refusal is a settings mistake, exit status 2 (systemd does not restart on it).
+struct Checked {
+    loaded: Loaded,
+    config: config::Config,
+    /// Warnings of the resolution (an exposed token file…); those of the listener checks are
+    /// logged by `Server::bind` itself.
+    warnings: Vec<String>,
+    /// The listener checks' warnings, for `ahpty config`.
+    exposure: Vec<String>,
+}
+
+fn check(args: &ServeArgs, env_token: Option<String>) -> Result<Checked, ExitCode> {
+    let loaded = args.load().map_err(|e| fail(&e))?;
+    let (config, warnings) = loaded
+        .settings
+        .clone()
+        .into_config(env_token)
+        .map_err(|e| fail(&e))?;
+    let refuse = |m: String| {
+        eprintln!("ahpty: {m}");
+        ExitCode::from(2)
+    };
+    let exposure = ahpty::server::auth::check_config(&config).map_err(refuse)?;
+    if let Some(files) = &config.tls {
+        ahpty::server::tls::acceptor(files).map_err(|e| refuse(e.to_string()))?;
+    }
+    Ok(Checked {
+        loaded,
+        config,
+        warnings,
+        exposure,
+    })
+}
+
 fn serve(args: &ServeArgs, env_token: Option<String>) -> ExitCode {
-    let loaded = match args.load() {
-        Ok(l) => l,
-        Err(e) => return fail(&e),
+    let Checked {
+        loaded,
+        config,
+        warnings,
+        ..
+    } = match check(args, env_token) {
+        Ok(c) => c,
+        Err(code) => return code,
     };
     let (file, notes) = (loaded.file.clone(), loaded.notes.clone());
-    let (config, warnings) = match loaded.settings.into_config(env_token) {
-        Ok(c) => c,
-        Err(e) => return fail(&e),
-    };
     if let Some(file) = file.filter(|f| f.found) {
         tracing::info!("settings from {}", file.path.display());
     }
@@ -441,12 +509,18 @@ fn announce(server: &ahpty::Server, config: &config::Config) {
 }
 
 /// `ahpty config`: every setting in TOML syntax, each with its origin as a comment.
-fn print_config(args: &ServeArgs, env_token: bool) -> ExitCode {
-    let loaded = match args.load() {
-        Ok(l) => l,
-        Err(e) => return fail(&e),
+fn print_config(args: &ServeArgs, env_token: Option<String>) -> ExitCode {
+    let has_env_token = env_token.is_some();
+    let Checked {
+        loaded,
+        warnings,
+        exposure,
+        ..
+    } = match check(args, env_token) {
+        Ok(c) => c,
+        Err(code) => return code,
     };
-    let auth = match loaded.settings.auth_plan(env_token) {
+    let auth = match loaded.settings.auth_plan(has_env_token) {
         Ok(a) => a,
         Err(e) => return fail(&e),
     };
@@ -486,6 +560,9 @@ fn print_config(args: &ServeArgs, env_token: bool) -> ExitCode {
     for note in &loaded.notes {
         out.push_str(&format!("# note: {note}\n"));
     }
+    for warning in warnings.iter().chain(&exposure) {
+        out.push_str(&format!("# warning: {}\n", ahpty::client::one_line(warning)));
+    }
     debug_assert_eq!(KEYS.len(), loaded.settings.entries().len());
     let mut stdout = std::io::stdout().lock();
     let _ = stdout.write_all(out.as_bytes());
@@ -494,7 +571,8 @@ fn print_config(args: &ServeArgs, env_token: bool) -> ExitCode {
 
 /// `ahpty man [COMMAND]`.
 fn print_man(command: Option<&str>) -> ExitCode {
-    let cmd = Cli::command();
+    // `help` is a subcommand of the parser, not a page of its own.
+    let cmd = Cli::command().disable_help_subcommand(true);
     let page = match command {
         None => cmd,
         Some(name) => match cmd.find_subcommand(name) {
@@ -556,35 +634,33 @@ struct TargetArgs {
     /// The daemon: ws://HOST:PORT?tkn=TOKEN, wss://HOST:PORT?tkn=TOKEN or unix:PATH
     /// [default: the default socket, $XDG_RUNTIME_DIR/ahpty/ahpty.sock, else
     /// /tmp/ahpty-$UID/ahpty.sock]. A ws:// URL without `tkn` sends $AHPTY_TOKEN, if set.
-    #[arg(long, value_name = "URL", env = "AHPTY_URL")]
+    #[arg(long, value_name = "URL", env = "AHPTY_URL", hide_env_values = true)]
     url: Option<String>,
 }
 
 #[derive(Subcommand)]
 enum ClientCommand {
     /// List the daemon's terminals.
-    #[command(long_about = LS_ABOUT)]
+    #[command(long_about = LS_ABOUT, after_help = CLIENT_AFTER_HELP)]
     Ls(LsArgs),
     /// Use a terminal from this one (detach with Ctrl-\).
-    #[command(long_about = ATTACH_ABOUT)]
+    #[command(long_about = ATTACH_ABOUT, after_help = REMOTE_AFTER_HELP)]
     Attach(AttachArgs),
     /// Create a terminal running the daemon's shell; prints its URI.
-    #[command(long_about = NEW_ABOUT)]
+    #[command(long_about = NEW_ABOUT, after_help = CLIENT_AFTER_HELP)]
     New(NewArgs),
     /// Type text into a terminal.
-    #[command(long_about = SEND_ABOUT)]
+    #[command(long_about = SEND_ABOUT, after_help = CLIENT_AFTER_HELP)]
     Send(SendArgs),
     /// Dispose of a terminal (its processes are killed).
+    #[command(long_about = KILL_ABOUT, after_help = CLIENT_AFTER_HELP)]
     Kill(KillArgs),
     /// Run a command in a fresh terminal; its output on stdout, its exit status as ours.
-    #[command(long_about = RUN_ABOUT)]
+    #[command(long_about = RUN_ABOUT, after_help = REMOTE_AFTER_HELP)]
     Run(RunArgs),
     /// Print a terminal's retained output (and follow it with -f).
-    #[command(long_about = LOGS_ABOUT)]
+    #[command(long_about = LOGS_ABOUT, after_help = CLIENT_AFTER_HELP)]
     Logs(LogsArgs),
-    /// (internal) The program `ahpty run` starts inside the terminal.
-    #[command(name = "__run", hide = true)]
-    RunWrapper(RunWrapperArgs),
 }
 
 const TERMINAL_HELP: &str = "The terminal: its number in `ahpty ls`, its title, its URI, or a \
@@ -592,7 +668,7 @@ const TERMINAL_HELP: &str = "The terminal: its number in `ahpty ls`, its title, 
 
 const LS_ABOUT: &str = "List the daemon's terminals: number (what `attach 3` selects), title, \
 status (running, or exited with its code), the client holding the claim (\"(away)\" when it has \
-no connection), size, age, working directory and URI.
+no connection; never for ahpty-cli, the CLI itself, which connects only while a command runs), size, age, working directory and URI.
 
 Examples:
   ahpty ls
@@ -646,6 +722,18 @@ Examples:
   ahpty run -- make test
   ahpty run --cwd /srv/app -- sh -c 'npm ci && npm test'
   ahpty run --keep -- ./long-job.sh; ahpty logs ./long-job.sh";
+
+/// Footer of `attach` and `run`, which exit with the remote program's status.
+const REMOTE_AFTER_HELP: &str = "Exit status: the remote program's exit status (128+N when a \
+signal N ended it); 1 the daemon refused, the terminal was disposed, or no terminal matches; 2 \
+no daemon reachable or a usage error; 255 the connection was lost.";
+
+const KILL_ABOUT: &str = "Dispose of a terminal: its shell and everything running in it get \
+SIGHUP, then SIGKILL after the daemon's kill_grace; it disappears from `ahpty ls`.
+
+Examples:
+  ahpty kill build
+  ahpty kill 3";
 
 const LOGS_ABOUT: &str = "Print a terminal's retained output (its scrollback, raw terminal \
 output with escape sequences), then with --follow its live output until it exits. --plain \
@@ -701,9 +789,15 @@ struct AttachArgs {
 
 #[derive(clap::Args)]
 struct NewArgs {
-    /// Title of the terminal [default: the shell's name].
+    /// Name of the terminal, its title for good: titles its programs set (OSC 0/2) do not
+    /// replace it, so `ahpty send NAME` keeps finding it [default: no name; the title is the
+    /// shell's name, then what its programs set].
     #[arg(long, value_name = "NAME")]
     name: Option<String>,
+    /// Create the terminal even when another one already has this --name (selecting by the
+    /// name is then ambiguous; use numbers or URIs).
+    #[arg(long, requires = "name")]
+    force: bool,
     /// Working directory [default: the current directory].
     #[arg(long, value_name = "DIR")]
     cwd: Option<PathBuf>,
@@ -746,13 +840,9 @@ struct RunArgs {
     /// Keep the terminal afterwards (with its shell, at a prompt) instead of disposing of it.
     #[arg(long)]
     keep: bool,
-    /// The command and its arguments (after `--`).
-    #[arg(
-        value_name = "CMD",
-        required = true,
-        trailing_var_arg = true,
-        allow_hyphen_values = true
-    )]
+    /// The command and its arguments (after `--`; words after CMD are its arguments, even
+    /// when they start with `-`).
+    #[arg(value_name = "CMD", required = true, trailing_var_arg = true)]
     command: Vec<std::ffi::OsString>,
     #[command(flatten)]
     target: TargetArgs,
@@ -772,12 +862,6 @@ struct LogsArgs {
     target: TargetArgs,
 }
 
-#[derive(clap::Args)]
-struct RunWrapperArgs {
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-    words: Vec<std::ffi::OsString>,
-}
-
 /// Runs a client subcommand; `token` is `$AHPTY_TOKEN` (taken out of the environment).
 fn client_main(command: ClientCommand, token: Option<String>) -> ExitCode {
     use ahpty::client::{self, Target};
@@ -793,6 +877,7 @@ fn client_main(command: ClientCommand, token: Option<String>) -> ExitCode {
             ClientCommand::New(a) => {
                 let opts = client::new::NewOptions {
                     name: a.name,
+                    force: a.force,
                     cwd: a.cwd,
                     attach: a.attach.then(|| a.attach_opts.options()),
                 };
@@ -815,7 +900,6 @@ fn client_main(command: ClientCommand, token: Option<String>) -> ExitCode {
             ClientCommand::Logs(a) => {
                 client::logs::logs(&target(&a.target)?, token, &a.terminal, a.follow, a.plain).await
             }
-            ClientCommand::RunWrapper(w) => Ok(client::wrapper::run_wrapper(&w.words)),
         }
     });
     ExitCode::from(code)

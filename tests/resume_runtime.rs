@@ -156,7 +156,7 @@ async fn runtime(proxy: &Proxy) -> (MultiHostClient, HostId) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn official_runtime_resumes_with_reconnect_after_a_cut() {
-    let d = Daemon::start_with(&["--history-bytes", "67108864"]);
+    let d = Daemon::start_with_env(&["--history-bytes", "67108864"], &[("RUST_LOG", "info,ahpty::rpc=debug")]);
     let proxy = Proxy::start(d.addr()).await;
     let (multi, id) = runtime(&proxy).await;
     let mut seen = Seen {
@@ -271,7 +271,8 @@ async fn official_runtime_resumes_with_reconnect_after_a_cut() {
 /// against the new daemon.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn official_runtime_initializes_after_a_daemon_restart() {
-    let old = Daemon::start();
+    // `client initialized` is a debug line.
+    let old = Daemon::start_with_env(&[], &[("RUST_LOG", "info,ahpty::rpc=debug")]);
     let proxy = Proxy::start(old.addr()).await;
     let (multi, id) = runtime(&proxy).await;
     let mut seen = Seen {
@@ -294,7 +295,8 @@ async fn official_runtime_initializes_after_a_daemon_restart() {
     })
     .await;
 
-    let new = Daemon::start();
+    // `client initialized` is a debug line.
+    let new = Daemon::start_with_env(&[], &[("RUST_LOG", "info,ahpty::rpc=debug")]);
     proxy.retarget(new.addr());
     assert_eq!(proxy.sever(), 1, "one proxied connection");
     drop(helper);

@@ -7,7 +7,7 @@
 //! `UnixStream` — after checking with `SO_PEERCRED` that the daemon runs as this user (or
 //! root) — wrapped in [`UnixTransport`], an implementation of `ahp::Transport`. Then the
 //! official `ahp::Client` does everything else (`initialize` with the client id
-//! [`CLIENT_ID`]).
+//! [`CLIENT_ID`] and `clientInfo {name: "ahpty", version}`).
 //!
 //! Flow control: [`Gated`] lets at most [`MAX_UNREAD_EVENTS`] action notifications be read off
 //! the socket ahead of the subcommand consuming them (see [`Conn::next_event`]); past that the
@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ahp::ahp_types::actions::ActionEnvelope;
-use ahp::ahp_types::commands::InitializeResult;
+use ahp::ahp_types::commands::{Implementation, InitializeParams, InitializeResult};
 use ahp::{Client, ClientConfig, ClientError, ClientEventStream, SubscriptionEvent};
 use ahp::{Transport, TransportError, TransportMessage};
 use futures_util::{SinkExt, StreamExt};
@@ -174,12 +174,23 @@ impl Conn {
         }
         .map_err(|e| Failure::unreachable(format!("{}: {e}", target.describe())))?;
         let events = client.events();
-        let init = client
-            .initialize(
-                CLIENT_ID.into(),
-                vec!["1.0.0".into()],
-                subscriptions.iter().map(|s| s.to_string()).collect(),
-            )
+        let params = InitializeParams {
+            channel: ROOT.into(),
+            meta: None,
+            protocol_versions: vec!["1.0.0".into()],
+            client_id: CLIENT_ID.into(),
+            initial_subscriptions: (!subscriptions.is_empty())
+                .then(|| subscriptions.iter().map(|s| s.to_string()).collect()),
+            locale: None,
+            capabilities: None,
+            client_info: Some(Implementation {
+                name: "ahpty".into(),
+                version: Some(env!("CARGO_PKG_VERSION").into()),
+                title: None,
+            }),
+        };
+        let init: InitializeResult = client
+            .request("initialize", params)
             .await
             .map_err(|e| match e {
                 ClientError::Rpc(e) if e.code != -32000 => Failure::unreachable(format!(

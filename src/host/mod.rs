@@ -119,7 +119,8 @@ struct TerminalEntry {
     process: Arc<PtyProcess>,
     /// The client that holds the claim (decision D6).
     holder: String,
-    /// A client renamed the terminal: titles from escape sequences no longer apply.
+    /// A client named (`createTerminal.name`) or renamed the terminal: titles from escape
+    /// sequences no longer apply.
     renamed_by_client: bool,
     content_bytes: usize,
     history: History,

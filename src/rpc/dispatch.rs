@@ -268,7 +268,7 @@ impl RpcConnection {
             .as_ref()
             .map(|c| c.name.as_str())
             .unwrap_or("?");
-        tracing::info!(
+        tracing::debug!(
             conn = self.conn,
             client_id = %p.client_id,
             client = %error::clip(client.to_string(), 64),
