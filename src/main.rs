@@ -561,7 +561,10 @@ fn print_config(args: &ServeArgs, env_token: Option<String>) -> ExitCode {
         out.push_str(&format!("# note: {note}\n"));
     }
     for warning in warnings.iter().chain(&exposure) {
-        out.push_str(&format!("# warning: {}\n", ahpty::client::one_line(warning)));
+        out.push_str(&format!(
+            "# warning: {}\n",
+            ahpty::client::one_line(warning)
+        ));
     }
     debug_assert_eq!(KEYS.len(), loaded.settings.entries().len());
     let mut stdout = std::io::stdout().lock();

@@ -156,7 +156,10 @@ async fn runtime(proxy: &Proxy) -> (MultiHostClient, HostId) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn official_runtime_resumes_with_reconnect_after_a_cut() {
-    let d = Daemon::start_with_env(&["--history-bytes", "67108864"], &[("RUST_LOG", "info,ahpty::rpc=debug")]);
+    let d = Daemon::start_with_env(
+        &["--history-bytes", "67108864"],
+        &[("RUST_LOG", "info,ahpty::rpc=debug")],
+    );
     let proxy = Proxy::start(d.addr()).await;
     let (multi, id) = runtime(&proxy).await;
     let mut seen = Seen {

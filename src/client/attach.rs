@@ -235,14 +235,14 @@ struct Session {
 }
 
 /// What the loop hears from stdin.
-enum Input {
+pub(super) enum Input {
     Bytes(Vec<u8>),
     Eof,
 }
 
 /// Copies stdin to a channel from a plain thread (a blocked read cannot be cancelled; the
 /// thread simply ends with the process).
-fn spawn_stdin_reader() -> mpsc::Receiver<Input> {
+pub(super) fn spawn_stdin_reader() -> mpsc::Receiver<Input> {
     let (tx, rx) = mpsc::channel(16);
     std::thread::spawn(move || {
         let mut stdin = std::io::stdin();

@@ -189,20 +189,21 @@ impl Conn {
                 title: None,
             }),
         };
-        let init: InitializeResult = client
-            .request("initialize", params)
-            .await
-            .map_err(|e| match e {
-                ClientError::Rpc(e) if e.code != -32000 => Failure::unreachable(format!(
-                    "the daemon at {} refused to initialize: {}",
-                    target.describe(),
-                    e.message
-                )),
-                _ => Failure::unreachable(format!(
-                    "the daemon at {} closed the connection during initialize",
-                    target.describe()
-                )),
-            })?;
+        let init: InitializeResult =
+            client
+                .request("initialize", params)
+                .await
+                .map_err(|e| match e {
+                    ClientError::Rpc(e) if e.code != -32000 => Failure::unreachable(format!(
+                        "the daemon at {} refused to initialize: {}",
+                        target.describe(),
+                        e.message
+                    )),
+                    _ => Failure::unreachable(format!(
+                        "the daemon at {} closed the connection during initialize",
+                        target.describe()
+                    )),
+                })?;
         let name = init.server_info.as_ref().map(|i| i.name.as_str());
         if name != Some("ahpty") {
             return Err(Failure::unreachable(format!(

@@ -268,10 +268,16 @@ impl RpcConnection {
             .as_ref()
             .map(|c| c.name.as_str())
             .unwrap_or("?");
+        let client_version = p
+            .client_info
+            .as_ref()
+            .and_then(|c| c.version.as_deref())
+            .unwrap_or("?");
         tracing::debug!(
             conn = self.conn,
             client_id = %p.client_id,
             client = %error::clip(client.to_string(), 64),
+            client_version = %error::clip(client_version.to_string(), 64),
             %version,
             "client initialized"
         );
