@@ -380,3 +380,65 @@ async fn the_cli_names_itself_and_its_connections_log_at_debug_only() {
         quiet.stderr()
     );
 }
+
+#[test]
+fn the_vscode_ssh_command_works_beside_a_running_daemon_with_a_token_file() {
+    // The remote runs ahpty already (on its default socket), configured with a token file.
+    let d = Daemon::start();
+    let config = d.home().join(".config/ahpty");
+    std::fs::create_dir_all(&config).unwrap();
+    let token = config.join("token");
+    std::fs::write(&token, "0123456789abcdef0123456789abcdef\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::write(config.join("config.toml"), "token_file = \"token\"\n").unwrap();
+
+    // The command as docs/vscode.md gives it, run through a shell as VS Code does.
+    let doc = include_str!("../docs/vscode.md");
+    let key = "\"chat.sshRemoteAgentHostCommand\": \"";
+    let at = doc.find(key).expect("the setting in docs/vscode.md") + key.len();
+    let command = &doc[at..at + doc[at..].find('"').expect("closing quote")];
+    let command = command.replace("~/.cargo/bin/ahpty", env!("CARGO_BIN_EXE_ahpty"));
+    let mut child = std::process::Command::new("sh")
+        .args(["-c", &format!("exec {command}")])
+        .env("HOME", d.home())
+        .env("XDG_RUNTIME_DIR", runtime_dir(d.home()))
+        .env("XDG_CONFIG_HOME", d.home().join(".config"))
+        .env_remove("AHPTY_TOKEN")
+        .env_remove("AHPTY_TOKEN_FILE")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the documented command");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let line = rx.recv_timeout(Duration::from_secs(20));
+    let _ = child.kill();
+    let out = child.wait_with_output().expect("wait");
+    let line = line.unwrap_or_else(|_| {
+        panic!(
+            "no URL on stdout; stderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    // What VS Code scrapes: ws://127.0.0.1:PORT?tkn=TOKEN, a generated token (not the file's).
+    let rest = line.strip_prefix("ws://127.0.0.1:").expect(&line);
+    let (port, tkn) = rest.split_once("?tkn=").expect(&line);
+    assert!(port.parse::<u16>().is_ok_and(|p| p > 0), "{line}");
+    assert!(
+        tkn.len() >= 16 && !tkn.contains("0123456789abcdef"),
+        "{line}"
+    );
+    // The running daemon kept its socket.
+    assert!(d.socket().exists());
+}
