@@ -17,7 +17,7 @@ use tracing_subscriber::EnvFilter;
 
 /// Serve Agent Host Protocol (AHP) 1.0 terminals over WebSocket.
 #[derive(Parser)]
-#[command(name = "ahpty", version, about, after_help = TOP_AFTER_HELP)]
+#[command(name = "ahpty", version, about, long_about = TOP_ABOUT, after_help = TOP_AFTER_HELP)]
 struct Cli {
     /// More log output: -v ahpty's debug messages, -vv its trace messages, -vvv those of
     /// its libraries too; RUST_LOG overrides.
@@ -32,6 +32,21 @@ $XDG_CONFIG_HOME/ahpty/config.toml (keys named like the flags), then defaults: \
 `ahpty config` shows which. Exit status 2: the settings are wrong, or name a file that cannot \
 be used (also a usage error); 1: the daemon could not start (e.g. an address in use) or \
 stopped on an error.";
+
+const TOP_ABOUT: &str = "Serve Agent Host Protocol (AHP) 1.0 terminals over WebSocket.
+
+ahpty is a daemon hosting pseudo-terminals (shells, dev servers, builds) for AI agents, \
+editors (VS Code's remote agent hosts) and scripts: they connect over WebSocket (TCP, with a \
+token, or the owner-only Unix socket), create terminals, type into them and watch their \
+output; terminals keep running when a client goes away. `ahpty serve` runs the daemon (as a \
+systemd user service: `ahpty service install`); ls, attach, new, send, kill, run and logs use \
+it from the shell.
+
+Examples:
+  ahpty serve
+  ahpty ls
+  ahpty attach 3
+  ahpty run -- make test";
 
 const TOP_AFTER_HELP: &str = "The daemon: `ahpty serve` (settings: `ahpty help serve`). The \
 client commands (ls, attach, new, send, kill, run, logs) find it on its default socket, \
@@ -572,10 +587,13 @@ fn print_config(args: &ServeArgs, env_token: Option<String>) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// `ahpty man [COMMAND]`.
+/// `ahpty man [COMMAND]`: clap_mangen's sections, then EXIT STATUS (from the help footer),
+/// EXAMPLES (from the long help), ENVIRONMENT and FILES.
 fn print_man(command: Option<&str>) -> ExitCode {
     // `help` is a subcommand of the parser, not a page of its own.
-    let cmd = Cli::command().disable_help_subcommand(true);
+    let mut cmd = Cli::command().disable_help_subcommand(true);
+    // Global options (-v) appear on every page.
+    cmd.build();
     let page = match command {
         None => cmd,
         Some(name) => match cmd.find_subcommand(name) {
@@ -585,6 +603,7 @@ fn print_man(command: Option<&str>) -> ExitCode {
                     .name(full)
                     .bin_name(format!("ahpty {name}"))
                     .version(env!("CARGO_PKG_VERSION"))
+                    .disable_version_flag(true)
             }
             None => {
                 let names: Vec<&str> = cmd.get_subcommands().map(|s| s.get_name()).collect();
@@ -596,13 +615,154 @@ fn print_man(command: Option<&str>) -> ExitCode {
             }
         },
     };
-    let mut out = Vec::new();
-    if let Err(e) = clap_mangen::Man::new(page).render(&mut out) {
-        eprintln!("ahpty: cannot render the man page: {e}");
-        return ExitCode::from(1);
+    match render_man(page, command) {
+        Ok(out) => {
+            let _ = std::io::stdout().lock().write_all(&out);
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("ahpty: cannot render the man page: {e}");
+            ExitCode::from(1)
+        }
     }
-    let _ = std::io::stdout().lock().write_all(&out);
-    ExitCode::SUCCESS
+}
+
+fn render_man(page: clap::Command, command: Option<&str>) -> std::io::Result<Vec<u8>> {
+    use roff::{bold, roman, Roff};
+    let long = page
+        .get_long_about()
+        .or(page.get_about())
+        .map(|s| s.to_string())
+        .unwrap_or_default();
+    let (description, examples) = match long.split_once("\n\nExamples:\n") {
+        Some((d, e)) => (d.to_string(), e.to_string()),
+        None => (long.clone(), String::new()),
+    };
+    let footer = page
+        .get_after_help()
+        .map(|s| s.to_string())
+        .unwrap_or_default();
+    let (notes, status) = match footer.find("Exit status") {
+        Some(i) => (footer[..i].trim().to_string(), footer[i..].to_string()),
+        None => (footer.trim().to_string(), String::new()),
+    };
+    let page = page
+        .long_about(description)
+        .after_help(None::<&str>)
+        .after_long_help(None::<&str>);
+    let man = clap_mangen::Man::new(page.clone());
+    let mut out = Vec::new();
+    man.render_title(&mut out)?;
+    man.render_name_section(&mut out)?;
+    man.render_synopsis_section(&mut out)?;
+    man.render_description_section(&mut out)?;
+    man.render_options_section(&mut out)?;
+    if page.has_subcommands() {
+        man.render_subcommands_section(&mut out)?;
+    }
+    let mut roff = Roff::new();
+    let paragraphs = |roff: &mut Roff, text: &str| {
+        for para in text.split("\n\n").filter(|p| !p.trim().is_empty()) {
+            roff.control("PP", []);
+            roff.text([roman(para.replace('\n', " "))]);
+        }
+    };
+    if !notes.is_empty() {
+        roff.control("SH", ["NOTES"]);
+        paragraphs(&mut roff, &notes);
+    }
+    if !status.is_empty() {
+        roff.control("SH", ["EXIT STATUS"]);
+        paragraphs(&mut roff, &status);
+    }
+    if !examples.is_empty() {
+        roff.control("SH", ["EXAMPLES"]);
+        roff.control("nf", []);
+        for line in examples.lines() {
+            roff.text([roman(line.trim_start())]);
+        }
+        roff.control("fi", []);
+    }
+    let client = !matches!(
+        command,
+        Some("serve" | "config" | "service" | "completions" | "man")
+    );
+    let daemon = matches!(command, None | Some("serve" | "config"));
+    let mut env: Vec<(&str, &str)> = Vec::new();
+    if client {
+        env.push((
+            "AHPTY_URL",
+            "The daemon the client commands talk to (like --url): ws://HOST:PORT?tkn=TOKEN, \
+             wss://…, or unix:PATH.",
+        ));
+        env.push((
+            "AHPTY_TOKEN",
+            "The token sent to a ws:// URL without tkn (client commands); the token the daemon \
+             requires (serve).",
+        ));
+    }
+    if daemon {
+        env.push((
+            "AHPTY_*",
+            "Every serve setting, named like its flag (AHPTY_LISTEN, AHPTY_TOKEN_FILE, …): \
+             below flags, above the config file.",
+        ));
+        env.push((
+            "AHPTY_CONFIG",
+            "The config file to read instead of the default.",
+        ));
+        env.push((
+            "XDG_CONFIG_HOME",
+            "Where the config file is looked for (default ~/.config).",
+        ));
+    }
+    if client || daemon {
+        env.push((
+            "XDG_RUNTIME_DIR",
+            "Where the default socket lives (unset: /tmp/ahpty-$UID/).",
+        ));
+        env.push(("RUST_LOG", "Log filter (overrides -v), e.g. ahpty=debug."));
+    }
+    if !env.is_empty() {
+        roff.control("SH", ["ENVIRONMENT"]);
+        for (name, what) in env {
+            roff.control("TP", []);
+            roff.text([bold(name)]);
+            roff.text([roman(what)]);
+        }
+    }
+    let mut files: Vec<(&str, &str)> = Vec::new();
+    if daemon || command == Some("service") {
+        files.push((
+            "$XDG_CONFIG_HOME/ahpty/config.toml",
+            "The settings file (TOML, keys named like the flags); `ahpty config` shows what \
+             is used.",
+        ));
+    }
+    if daemon || client {
+        files.push((
+            "$XDG_RUNTIME_DIR/ahpty/ahpty.sock",
+            "The daemon's default Unix socket (owner-only; no token needed), where the client \
+             commands look first.",
+        ));
+    }
+    if matches!(command, None | Some("service")) {
+        files.push((
+            "$XDG_CONFIG_HOME/systemd/user/ahpty.service",
+            "The user unit `ahpty service install` writes.",
+        ));
+    }
+    if !files.is_empty() {
+        roff.control("SH", ["FILES"]);
+        for (name, what) in files {
+            roff.control("TP", []);
+            roff.text([bold(name)]);
+            roff.text([roman(what)]);
+        }
+    }
+    roff.to_writer(&mut out)?;
+    man.render_version_section(&mut out)?;
+    Ok(out)
 }
 
 /// Completes on SIGINT or SIGTERM (and tells systemd the daemon is stopping). The handlers are

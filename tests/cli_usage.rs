@@ -289,6 +289,40 @@ fn help_completions_and_man_pages_show_no_secret_and_no_internal_command() {
     assert!(page.stdout.contains("ahpty\\-run(1)"), "{}", page.stdout);
     assert!(!page.stdout.contains("ahpty\\-help"), "{}", page.stdout);
     assert!(!page.stdout.contains("__run"));
+    for (sub, sections) in [
+        (
+            None,
+            &["EXIT STATUS", "EXAMPLES", "ENVIRONMENT", "FILES"][..],
+        ),
+        (
+            Some("serve"),
+            &["EXIT STATUS", "EXAMPLES", "ENVIRONMENT", "FILES"][..],
+        ),
+        (Some("run"), &["EXIT STATUS", "EXAMPLES", "ENVIRONMENT"][..]),
+        (Some("kill"), &["EXIT STATUS", "EXAMPLES"][..]),
+    ] {
+        let mut args = vec!["man"];
+        args.extend(sub);
+        let page = run(&args, &[]);
+        assert_eq!(page.code, Some(0), "{page:?}");
+        for section in sections {
+            assert!(
+                page.stdout.contains(&format!(".SH \"{section}\""))
+                    || page.stdout.contains(&format!(".SH {section}")),
+                "{sub:?} has no {section}: {}",
+                page.stdout
+            );
+        }
+        assert!(page.stdout.contains("verbose"), "{sub:?}: -v is listed");
+        if sub.is_some() {
+            // Subcommands take no --version.
+            assert!(
+                !page.stdout.contains("\\-\\-version"),
+                "{sub:?}: {}",
+                page.stdout
+            );
+        }
+    }
 }
 
 #[test]
