@@ -374,8 +374,9 @@ settings! {
     /// Time between SIGHUP and SIGKILL when a terminal is disposed (e.g. 500ms, 2s).
     kill_grace: Duration = DEFAULT_KILL_GRACE, limit any;
     /// Dispose a terminal once its claim holder has had no connection for this long (e.g.
-    /// 90s, 30m, 24h); 0 disables reaping.
-    orphan_grace: Duration = DEFAULT_ORPHAN_GRACE, limit any;
+    /// 90s, 30m, 24h; at least 1s, so a client that reconnects at once keeps its terminals);
+    /// 0 disables reaping.
+    orphan_grace: Duration = DEFAULT_ORPHAN_GRACE, limit |v| orphan_grace_limit(*v);
     /// Close (code 4001) a connection whose unsent output stays above the high watermark
     /// (1 MiB) this long (at least 100ms); 0 never closes it (its terminals stay paused while
     /// it stalls).
@@ -803,6 +804,17 @@ fn duration_at_least(v: Duration, zero_disables: bool) -> Limit<Duration> {
     }
 }
 
+/// Smallest non-zero `orphan_grace`.
+pub const MIN_ORPHAN_GRACE: Duration = Duration::from_secs(1);
+
+fn orphan_grace_limit(v: Duration) -> Limit<Duration> {
+    if !v.is_zero() && v < MIN_ORPHAN_GRACE {
+        Limit::Raised(MIN_ORPHAN_GRACE, "below the minimum 1s".into())
+    } else {
+        Limit::Fine
+    }
+}
+
 fn non_empty<T>(v: &[T]) -> Limit<Vec<T>> {
     if v.is_empty() {
         Limit::Refused("nothing to listen on: give at least one address".into())
@@ -1205,8 +1217,17 @@ impl std::str::FromStr for Listen {
             }
             return Ok(Listen::Unix(PathBuf::from(path)));
         }
+        // `localhost` is the one host name understood: loopback, IPv4.
+        if let Some(port) = s.strip_prefix("localhost:") {
+            if let Ok(port) = port.parse::<u16>() {
+                return Ok(Listen::Tcp(SocketAddr::from(([127, 0, 0, 1], port))));
+            }
+        }
         s.parse::<SocketAddr>().map(Listen::Tcp).map_err(|_| {
-            format!("{s:?} is neither host:port (e.g. 127.0.0.1:8765, [::1]:8765) nor unix:PATH")
+            format!(
+                "{s:?} is neither an IP address and port (e.g. 127.0.0.1:8765, [::1]:8765, \
+                 localhost:8765; other host names are not resolved) nor unix:PATH"
+            )
         })
     }
 }

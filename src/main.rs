@@ -457,8 +457,8 @@ fn serve(args: &ServeArgs, env_token: Option<String>) -> ExitCode {
     };
     let result = runtime.block_on(async {
         let shutdown = shutdown_signal();
-        let server = ahpty::Server::bind(&config).await?;
-        announce(&server, &config);
+        let mut server = ahpty::Server::bind(&config).await?;
+        announce(&mut server, &config);
         server.run(shutdown).await;
         Ok::<_, std::io::Error>(())
     });
@@ -484,12 +484,13 @@ fn serve(args: &ServeArgs, env_token: Option<String>) -> ExitCode {
 /// Once every listener is bound: the connect URL(s) on stdout (never in the log; VS Code's
 /// SSH flow scrapes `ws://127.0.0.1:PORT?tkn=TOKEN` from here), then readiness to systemd
 /// (`READY=1` with a `STATUS=` line, when `$NOTIFY_SOCKET` is set).
-fn announce(server: &ahpty::Server, config: &config::Config) {
+fn announce(server: &mut ahpty::Server, config: &config::Config) {
     let urls = server.connect_urls();
     // Under systemd, stdout is the journal: a generated token would be stored there, so only
     // the address is printed.
     let hide_token = server.token_generated() && service::is_journal(&std::io::stdout());
     if hide_token && !urls.is_empty() {
+        server.withhold_token();
         tracing::warn!(
             "stdout is the journal, so the generated token is not printed: give the daemon a \
              token_file to reach it over TCP (see docs/service.md); the Unix socket needs none"

@@ -389,6 +389,29 @@ fn config_refuses_what_serve_refuses_and_both_exit_2() {
         "{}",
         out.stdout
     );
+
+    // `localhost` is loopback; an orphan_grace under 1 s is raised (a CLI-made terminal
+    // would otherwise be disposed as soon as the CLI disconnects).
+    let args = [
+        "config",
+        "--no-socket",
+        "--listen",
+        "localhost:0",
+        "--orphan-grace",
+        "1ms",
+    ];
+    let out = run_cli(cli_command(home.path(), &args), CLI_TIMEOUT);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert!(
+        out.stdout.contains("listen = [\"127.0.0.1:0\"]"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains("orphan_grace = \"1s\""),
+        "{}",
+        out.stdout
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

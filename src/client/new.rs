@@ -63,9 +63,16 @@ pub async fn new(target: &Target, token: Option<&str>, opts: &NewOptions) -> Out
         params["cols"] = json!(cols);
         params["rows"] = json!(rows);
     }
-    run::create(&mut conn, params, &cwd).await?;
+    run::create(&mut conn, params, &cwd, opts.cwd.is_some()).await?;
     match &opts.attach {
-        Some(a) => attach_to(conn, &uri, CLIENT_ID, a).await,
+        Some(a) => {
+            // Without a terminal, attach pipes the terminal's output to stdout: the URI goes
+            // to stderr, so the terminal can be found again.
+            if !tty::stdin_is_tty() {
+                eprintln!("ahpty: new terminal {uri}");
+            }
+            attach_to(conn, &uri, CLIENT_ID, a).await
+        }
         None => {
             println!("{uri}");
             conn.close().await;

@@ -242,7 +242,7 @@ pub async fn run(target: &Target, token: Option<&str>, opts: &RunOptions) -> Out
         params["cols"] = json!(cols);
         params["rows"] = json!(rows);
     }
-    create(&mut conn, params, &cwd).await?;
+    create(&mut conn, params, &cwd, opts.cwd.is_some()).await?;
     let end = drive(&mut conn, &uri, &nonce, &line, &payload).await;
     if opts.keep && matches!(end, End::Finished(_)) {
         // The fence: the wrapper drops input up to it, so nothing meant for the command
@@ -266,16 +266,29 @@ pub async fn run(target: &Target, token: Option<&str>, opts: &RunOptions) -> Out
     }
 }
 
-/// `createTerminal`, with a missing cwd explained.
-pub async fn create(conn: &mut Conn, params: Value, cwd: &std::path::Path) -> Result<(), Failure> {
+/// `createTerminal`, with a missing cwd explained; `given`: the cwd came from `--cwd` (else
+/// it is the current directory).
+pub async fn create(
+    conn: &mut Conn,
+    params: Value,
+    cwd: &std::path::Path,
+    given: bool,
+) -> Result<(), Failure> {
     match conn.call::<Value>("createTerminal", params).await {
         Ok(_) => Ok(()),
         Err(ClientError::Rpc(e)) if e.code == ahp_error_codes::NOT_FOUND => {
-            Err(Failure::failed(format!(
-                "{} does not exist on the daemon's machine; pass --cwd DIR ({})",
-                cwd.display(),
-                e.message
-            )))
+            Err(Failure::failed(if given {
+                format!(
+                    "directory {} does not exist on the daemon's machine",
+                    cwd.display()
+                )
+            } else {
+                format!(
+                    "the current directory, {}, does not exist on the daemon's machine: pass \
+                     --cwd DIR",
+                    cwd.display()
+                )
+            }))
         }
         Err(e) => Err(request_failure(e)),
     }

@@ -183,6 +183,8 @@ pub struct Server {
     ctx: Arc<Context>,
     token: Option<Token>,
     generated_token: bool,
+    /// The connect URLs with the generated token were withheld (stdout is the journal).
+    token_withheld: bool,
 }
 
 impl Server {
@@ -254,6 +256,7 @@ impl Server {
             host,
             token,
             generated_token,
+            token_withheld: false,
         })
     }
 
@@ -281,6 +284,12 @@ impl Server {
     /// Whether the token was generated at start (and so must be shown to the user once).
     pub fn token_generated(&self) -> bool {
         self.generated_token
+    }
+
+    /// Tells the server its generated token was not printed, so its log does not point to
+    /// stdout for it.
+    pub fn withhold_token(&mut self) {
+        self.token_withheld = true;
     }
 
     /// One connect URL per TCP listener, `ws://ADDR?tkn=TOKEN` (no `/` before `?`, the form
@@ -312,6 +321,10 @@ impl Server {
         match (&self.token, self.generated_token) {
             _ if !has_tcp => {}
             (None, _) => {}
+            (Some(_), true) if self.token_withheld => tracing::info!(
+                "TCP peers need the token generated at start, which nobody was shown: they \
+                 cannot connect (the Unix socket needs no token)"
+            ),
             (Some(_), true) => tracing::info!(
                 "TCP peers need the token generated at start (connect URL printed on stdout)"
             ),
