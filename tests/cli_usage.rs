@@ -499,3 +499,24 @@ fn the_vscode_ssh_command_works_beside_a_running_daemon_with_a_token_file() {
     // The running daemon kept its socket.
     assert!(d.socket().exists());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_that_shuts_down_is_not_reported_as_a_lost_connection() {
+    let d = Daemon::start();
+    let t = cli(d.cli(&["new", "--name", "follow-me"])).await;
+    assert_eq!(t.code, Some(0), "{t:?}");
+    let mut watcher = Ahp::connect(&d.url(), "watcher", &[]).await;
+    let uri = t.stdout.trim().to_string();
+    watcher.subscribe(&uri).await.expect("subscribe");
+    watcher.ready(&uri).await;
+    let follow = LiveCli::spawn(d.cli(&["logs", "-f", "follow-me"]));
+    // The retained output is printed first: then it follows.
+    follow.wait_for("rdy-42", false, SHELL_TIMEOUT).await;
+    d.signal(nix::sys::signal::Signal::SIGTERM);
+    let out = follow.finish(CLI_TIMEOUT).await;
+    assert_eq!(out.code, Some(255), "{out:?}");
+    assert_eq!(
+        out.stderr, "ahpty: the daemon shut down (close code 1001): its terminals were stopped\n",
+        "{out:?}"
+    );
+}

@@ -205,10 +205,7 @@ impl End {
             ),
             End::Exited(None) => (Some(format!("{uri} exited")), 1),
             End::Disposed => (Some(format!("{uri} was disposed")), 1),
-            End::Lost => (
-                Some("lost the connection to the daemon".to_string()),
-                EXIT_LOST,
-            ),
+            End::Lost => (Some(Failure::lost().message), EXIT_LOST),
             End::Signal(s) => {
                 let name = nix::sys::signal::Signal::try_from(*s)
                     .map(|s| s.as_str().to_string())

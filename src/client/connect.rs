@@ -45,6 +45,11 @@ use crate::host::catalog::{TerminalListing, LIST_TERMINALS};
 /// and `ahpty run` are claimed by it, so any later `ahpty` command is their holder.
 pub const CLIENT_ID: &str = "ahpty-cli";
 
+/// The close code of the last WebSocket close frame the daemon sent over the Unix socket (0:
+/// none): a CLI process has one connection at a time, and a lost connection is reported as
+/// a shutdown when the daemon said `1001 going away`.
+pub static CLOSE_CODE: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
+
 /// The root channel.
 pub const ROOT: &str = "ahp-root://";
 
@@ -482,7 +487,13 @@ impl Transport for UnixTransport {
     async fn recv(&mut self) -> Result<Option<TransportMessage>, TransportError> {
         loop {
             match self.ws.next().await {
-                None | Some(Ok(Message::Close(_))) => return Ok(None),
+                Some(Ok(Message::Close(frame))) => {
+                    if let Some(f) = frame {
+                        CLOSE_CODE.store(u16::from(f.code), std::sync::atomic::Ordering::Relaxed);
+                    }
+                    return Ok(None);
+                }
+                None => return Ok(None),
                 Some(Err(e)) => return Err(TransportError::Io(e.to_string())),
                 Some(Ok(Message::Text(s))) => {
                     return Ok(Some(TransportMessage::Text(s.to_string())))
