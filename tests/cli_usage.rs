@@ -520,3 +520,29 @@ async fn a_daemon_that_shuts_down_is_not_reported_as_a_lost_connection() {
         "{out:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_errors_say_what_is_likely_wrong() {
+    let d = Daemon::start();
+    // wss:// to a daemon without TLS.
+    let wss = format!("wss://{}", d.addr());
+    let out = cli(d.cli(&["ls", "--url", &wss])).await;
+    assert_eq!(out.code, Some(2), "{out:?}");
+    assert!(out.stderr.contains("does the daemon serve TLS?"), "{out:?}");
+    // A plain HTTP server, not a WebSocket one.
+    let http = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("ws://{}", http.local_addr().unwrap());
+    std::thread::spawn(move || {
+        use std::io::Read;
+        for stream in http.incoming().take(1) {
+            let Ok(mut s) = stream else { return };
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf);
+            let _ = s.write_all(b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nhi");
+        }
+    });
+    let out = cli(d.cli(&["ls", "--url", &url])).await;
+    assert_eq!(out.code, Some(2), "{out:?}");
+    assert!(out.stderr.contains("not an ahpty daemon"), "{out:?}");
+    assert_eq!(out.stderr.lines().count(), 1, "{out:?}");
+}

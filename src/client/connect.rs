@@ -371,17 +371,30 @@ async fn connect_ws(
                 ),
                 403 => ": the upgrade was refused (Origin or Host not allowed)".into(),
                 503 => ": the daemon is at its connection limit".into(),
-                _ => String::new(),
+                _ => " (not an ahpty daemon?)".into(),
             };
             Err(Failure::unreachable(format!(
                 "{} answered HTTP {status}{hint}",
                 target.describe()
             )))
         }
-        Err(e) => Err(Failure::unreachable(format!(
-            "cannot connect to {}: {e}",
-            target.describe()
-        ))),
+        Err(e) => {
+            let hint = match &e {
+                tungstenite::Error::Tls(_) | tungstenite::Error::Io(_)
+                    if url.starts_with("wss://") =>
+                {
+                    " (does the daemon serve TLS? Without --tls-cert it speaks plain ws://)"
+                }
+                tungstenite::Error::Protocol(_) | tungstenite::Error::HttpFormat(_) => {
+                    " (this is not a WebSocket server, so not an ahpty daemon)"
+                }
+                _ => "",
+            };
+            Err(Failure::unreachable(format!(
+                "cannot connect to {}: {e}{hint}",
+                target.describe()
+            )))
+        }
     }
 }
 
