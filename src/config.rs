@@ -635,13 +635,30 @@ impl Value for usize {
     }
 }
 
+/// A duration in the one largest unit that states it exactly, as the docs write them
+/// (`24h`, `90s`, `500ms`); humantime's form for sub-millisecond parts.
+pub fn duration_text(d: Duration) -> String {
+    let ms = d.as_millis();
+    if d.is_zero() {
+        "0s".into()
+    } else if d.subsec_nanos() % 1_000_000 != 0 {
+        humantime::format_duration(d).to_string()
+    } else if ms % 3_600_000 == 0 {
+        format!("{}h", ms / 3_600_000)
+    } else if ms % 60_000 == 0 {
+        format!("{}m", ms / 60_000)
+    } else if ms % 1000 == 0 {
+        format!("{}s", ms / 1000)
+    } else {
+        format!("{ms}ms")
+    }
+}
+
 impl Value for Duration {
     const EXPECTED: &'static str = "a duration such as \"500ms\", \"30s\", \"5m\" or \"24h\"";
     fn parse(text: &str) -> Result<Self, String> {
-        humantime::parse_duration(text.trim()).map_err(|e| {
-            let e = e.to_string();
-            format!("{e}: expected {}", Self::EXPECTED)
-        })
+        humantime::parse_duration(text.trim())
+            .map_err(|_| format!("{:?} is not {}", text.trim(), Self::EXPECTED))
     }
     fn from_raw(raw: Raw<'_>) -> Result<Self, String> {
         match raw {
@@ -652,7 +669,7 @@ impl Value for Duration {
         }
     }
     fn to_toml(&self) -> String {
-        toml::Value::String(humantime::format_duration(*self).to_string()).to_string()
+        toml::Value::String(duration_text(*self)).to_string()
     }
 }
 
@@ -854,6 +871,29 @@ impl Layer {
         let table: Table = toml::from_str(text).map_err(|e| {
             let line = e.span().map(|s| at(s.start)).unwrap_or(1);
             let msg = e.message().lines().next().unwrap_or("invalid TOML").trim();
+            // Name a repeated key, and where it was first set.
+            let key = e
+                .span()
+                .and_then(|s| text.get(s))
+                .map(|k| k.trim().trim_matches('"').to_string())
+                .filter(|k| !k.is_empty() && msg.contains("duplicate key"));
+            let msg = match key {
+                Some(key) => {
+                    let first = text.lines().position(|l| {
+                        l.trim_start()
+                            .trim_start_matches('"')
+                            .strip_prefix(key.as_str())
+                            .is_some_and(|r| {
+                                r.trim_start_matches('"').trim_start().starts_with('=')
+                            })
+                    });
+                    match first.map(|i| i + 1).filter(|&f| f < line) {
+                        Some(f) => format!("duplicate key `{key}` (first set on line {f})"),
+                        None => format!("duplicate key `{key}`"),
+                    }
+                }
+                None => msg.to_string(),
+            };
             ConfigError::Invalid(format!("{}:{line}: {msg}", path.display()))
         })?;
         let mut layer = Layer::default();
@@ -894,6 +934,43 @@ fn suggest(name: &str) -> Option<&'static str> {
         .filter(|(score, _)| *score > 0.8)
         .max_by(|a, b| a.0.total_cmp(&b.0))
         .map(|(_, k)| k)
+}
+
+/// Notes on `AHPTY_*` variables among `names` that ahpty does not know (a typo would
+/// otherwise be ignored silently), with the closest setting's variable when one is close.
+pub fn unknown_env_notes(names: impl Iterator<Item = std::ffi::OsString>) -> Vec<String> {
+    let known = [
+        TOKEN_ENV,
+        CONFIG_ENV,
+        TERMINAL_ENV,
+        HOST_ID_ENV,
+        EXE_ENV,
+        URL_ENV,
+    ];
+    let mut notes = Vec::new();
+    for name in names {
+        let Some(name) = name.to_str().map(str::to_string) else {
+            continue;
+        };
+        let Some(rest) = name.strip_prefix(ENV_PREFIX) else {
+            continue;
+        };
+        // AHPTY_SI_*: shell integration's own, inside terminals.
+        if known.contains(&name.as_str())
+            || rest.starts_with("SI_")
+            || KEYS.iter().any(|k| k.env() == name)
+        {
+            continue;
+        }
+        let hint = match suggest(&rest.to_ascii_lowercase()) {
+            Some(k) => format!(" (did you mean ${}?)", env_name(k)),
+            None => String::new(),
+        };
+        notes.push(format!(
+            "${name} is not an ahpty setting and is ignored{hint}"
+        ));
+    }
+    notes
 }
 
 /// The config file in use and how it was chosen.

@@ -260,7 +260,11 @@ impl ServeArgs {
     /// Resolves flags, environment, config file and defaults.
     fn load(&self) -> Result<Loaded, ConfigError> {
         let env = |name: &str| std::env::var_os(name);
-        config::load(&self.layer(), self.config.as_deref(), &env)
+        let mut loaded = config::load(&self.layer(), self.config.as_deref(), &env)?;
+        loaded.notes.extend(config::unknown_env_notes(
+            std::env::vars_os().map(|(name, _)| name),
+        ));
+        Ok(loaded)
     }
 }
 
@@ -378,7 +382,6 @@ fn fail(e: &ConfigError) -> ExitCode {
 /// file read, `no_auth` and tokens against the listeners' addresses, the TLS files loaded.
 /// Every refusal is a settings mistake, exit status 2 (systemd does not restart on it).
 struct Checked {
-    loaded: Loaded,
     config: config::Config,
     /// Warnings of the resolution (an exposed token file…); those of the listener checks are
     /// logged by `Server::bind` itself.
@@ -387,23 +390,18 @@ struct Checked {
     exposure: Vec<String>,
 }
 
-fn check(args: &ServeArgs, env_token: Option<String>) -> Result<Checked, ExitCode> {
-    let loaded = args.load().map_err(|e| fail(&e))?;
+/// Runs the start-time checks on loaded settings; the refusal is one line (exit status 2).
+fn check(loaded: &Loaded, env_token: Option<String>) -> Result<Checked, String> {
     let (config, warnings) = loaded
         .settings
         .clone()
         .into_config(env_token)
-        .map_err(|e| fail(&e))?;
-    let refuse = |m: String| {
-        eprintln!("ahpty: {m}");
-        ExitCode::from(2)
-    };
-    let exposure = ahpty::server::auth::check_config(&config).map_err(refuse)?;
+        .map_err(|e| e.to_string())?;
+    let exposure = ahpty::server::auth::check_config(&config)?;
     if let Some(files) = &config.tls {
-        ahpty::server::tls::acceptor(files).map_err(|e| refuse(e.to_string()))?;
+        ahpty::server::tls::acceptor(files).map_err(|e| e.to_string())?;
     }
     Ok(Checked {
-        loaded,
         config,
         warnings,
         exposure,
@@ -411,14 +409,18 @@ fn check(args: &ServeArgs, env_token: Option<String>) -> Result<Checked, ExitCod
 }
 
 fn serve(args: &ServeArgs, env_token: Option<String>) -> ExitCode {
+    let loaded = match args.load() {
+        Ok(l) => l,
+        Err(e) => return fail(&e),
+    };
     let Checked {
-        loaded,
-        config,
-        warnings,
-        ..
-    } = match check(args, env_token) {
+        config, warnings, ..
+    } = match check(&loaded, env_token) {
         Ok(c) => c,
-        Err(code) => return code,
+        Err(m) => {
+            eprintln!("ahpty: {m}");
+            return ExitCode::from(2);
+        }
     };
     let (file, notes) = (loaded.file.clone(), loaded.notes.clone());
     if let Some(file) = file.filter(|f| f.found) {
@@ -527,14 +529,15 @@ fn announce(server: &mut ahpty::Server, config: &config::Config) {
 /// `ahpty config`: every setting in TOML syntax, each with its origin as a comment.
 fn print_config(args: &ServeArgs, env_token: Option<String>) -> ExitCode {
     let has_env_token = env_token.is_some();
-    let Checked {
-        loaded,
-        warnings,
-        exposure,
-        ..
-    } = match check(args, env_token) {
-        Ok(c) => c,
-        Err(code) => return code,
+    let loaded = match args.load() {
+        Ok(l) => l,
+        Err(e) => return fail(&e),
+    };
+    // The settings are printed even when serve would refuse them; the refusal follows on
+    // stderr (exit status 2).
+    let (warnings, exposure, refusal) = match check(&loaded, env_token) {
+        Ok(c) => (c.warnings, c.exposure, None),
+        Err(m) => (Vec::new(), Vec::new(), Some(m)),
     };
     let auth = match loaded.settings.auth_plan(has_env_token) {
         Ok(a) => a,
@@ -585,7 +588,14 @@ fn print_config(args: &ServeArgs, env_token: Option<String>) -> ExitCode {
     debug_assert_eq!(KEYS.len(), loaded.settings.entries().len());
     let mut stdout = std::io::stdout().lock();
     let _ = stdout.write_all(out.as_bytes());
-    ExitCode::SUCCESS
+    let _ = stdout.flush();
+    match refusal {
+        Some(m) => {
+            eprintln!("ahpty: serve would refuse these settings: {m}");
+            ExitCode::from(2)
+        }
+        None => ExitCode::SUCCESS,
+    }
 }
 
 /// `ahpty man [COMMAND]`: clap_mangen's sections, then EXIT STATUS (from the help footer),

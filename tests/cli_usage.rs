@@ -546,3 +546,56 @@ async fn connection_errors_say_what_is_likely_wrong() {
     assert!(out.stderr.contains("not an ahpty daemon"), "{out:?}");
     assert_eq!(out.stderr.lines().count(), 1, "{out:?}");
 }
+
+#[test]
+fn settings_mistakes_are_named_precisely() {
+    let home = tempfile::tempdir().unwrap();
+    let file = home.path().join("c.toml");
+    std::fs::write(
+        &file,
+        "kill_grace = \"1s\"\nmax_terminals = 5\nkill_grace = \"2s\"\n",
+    )
+    .unwrap();
+    let file = file.to_str().unwrap();
+    let out = run_cli(
+        cli_command(home.path(), &["config", "--config", file]),
+        CLI_TIMEOUT,
+    );
+    assert_eq!(out.code, Some(2), "{out:?}");
+    assert!(
+        out.stderr
+            .contains(":3: duplicate key `kill_grace` (first set on line 1)"),
+        "{out:?}"
+    );
+    let mut cmd = cli_command(home.path(), &["config"]);
+    cmd.env("AHPTY_KILL_GRACE", "abc");
+    let out = run_cli(cmd, CLI_TIMEOUT);
+    assert_eq!(out.code, Some(2), "{out:?}");
+    assert!(
+        out.stderr.contains("\"abc\" is not a duration") && !out.stderr.contains("at 0"),
+        "{out:?}"
+    );
+    let mut cmd = cli_command(home.path(), &["config", "--orphan-grace", "90s"]);
+    cmd.env("AHPTY_MAX_TERMINAL", "4");
+    let out = run_cli(cmd, CLI_TIMEOUT);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert!(
+        out.stdout
+            .contains("# note: $AHPTY_MAX_TERMINAL is not an ahpty setting and is ignored (did you mean $AHPTY_MAX_TERMINALS?)"),
+        "{}",
+        out.stdout
+    );
+    // Durations as the docs write them.
+    assert!(
+        out.stdout.contains("orphan_grace = \"90s\""),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains("kill_grace = \"500ms\""),
+        "{}",
+        out.stdout
+    );
+    let help = run_cli(cli_command(home.path(), &["serve", "--help"]), CLI_TIMEOUT);
+    assert!(help.stdout.contains("[default: 24h]"), "{}", help.stdout);
+}

@@ -109,7 +109,7 @@ fn flag_beats_environment_beats_file_beats_default() {
     let out = ahpty(home.path(), &["config", "--kill-grace-ms", "1500"], &[]);
     let l = line(&stdout(&out), "kill_grace").to_string();
     assert!(
-        l.contains("\"1s 500ms\"") && l.ends_with("# flag --kill-grace-ms"),
+        l.contains("\"1500ms\"") && l.ends_with("# flag --kill-grace-ms"),
         "{l}"
     );
     // --config and $AHPTY_CONFIG pick another file.
@@ -140,6 +140,9 @@ async fn the_daemon_uses_the_file_and_the_environment() {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_ahpty"));
     cmd.env_clear()
         .env("HOME", home.path())
+        // A private default socket (the fallback /tmp/ahpty-$UID/ is shared with whatever
+        // else runs as this user).
+        .env("XDG_RUNTIME_DIR", runtime_dir(home.path()))
         .env("PATH", "/usr/bin:/bin")
         .env("RUST_LOG", "info")
         .env("AHPTY_MAX_TERMINALS", "1")
@@ -338,7 +341,14 @@ fn the_readme_config_example_is_valid() {
             continue;
         }
         let home = tempfile::tempdir().unwrap();
-        write_config(home.path(), &body);
+        let file = write_config(home.path(), &body);
+        // The token file it names must exist and be readable, as `serve` needs it.
+        if body.contains("token_file = \"token\"") {
+            use std::os::unix::fs::PermissionsExt;
+            let token = file.parent().unwrap().join("token");
+            std::fs::write(&token, "0123456789abcdef0123456789abcdef\n").unwrap();
+            std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+        }
         let out = ahpty(home.path(), &["config"], &[]);
         assert!(out.status.success(), "{body}\n{}", stderr(&out));
         assert!(stdout(&out).contains("config.toml:"), "{}", stdout(&out));
