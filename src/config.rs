@@ -641,13 +641,13 @@ pub fn duration_text(d: Duration) -> String {
     let ms = d.as_millis();
     if d.is_zero() {
         "0s".into()
-    } else if d.subsec_nanos() % 1_000_000 != 0 {
+    } else if !d.subsec_nanos().is_multiple_of(1_000_000) {
         humantime::format_duration(d).to_string()
-    } else if ms % 3_600_000 == 0 {
+    } else if ms.is_multiple_of(3_600_000) {
         format!("{}h", ms / 3_600_000)
-    } else if ms % 60_000 == 0 {
+    } else if ms.is_multiple_of(60_000) {
         format!("{}m", ms / 60_000)
-    } else if ms % 1000 == 0 {
+    } else if ms.is_multiple_of(1000) {
         format!("{}s", ms / 1000)
     } else {
         format!("{ms}ms")
