@@ -1,16 +1,18 @@
 //! Flow-control benchmarks for ahpty (not run by `cargo test`): throughput and CPU per MB
 //! against a raw pty, echo latency, memory under a stalled flood and per idle terminal, a fast
 //! viewer beside a stalled one, fan-out (with and without a stalled viewer), CPU with many
-//! chatty terminals and with many paused ones. Results and how to read them:
+//! chatty terminals and with many paused ones, and what the terminal model costs (throughput
+//! of escape-heavy output, snapshot time, idle memory). Results and how to read them:
 //! docs/performance.md.
 //!
 //! ```text
 //! cargo bench --bench flow                      # everything
-//! cargo bench --bench flow -- throughput latency memory idle stalled fanout scale paused
+//! cargo bench --bench flow -- throughput latency memory idle stalled fanout scale paused model
 //! ```
 //! Environment: `FLOW_BENCH_FILE_MIB` (default 256), `FLOW_BENCH_STALL_SECS` (60),
 //! `FLOW_BENCH_STALLED_SECS` (60), `FLOW_BENCH_IDLE_TERMINALS` (100), `FLOW_BENCH_FANOUT` (32),
-//! `FLOW_BENCH_SCALE` (256), `FLOW_BENCH_PAUSED` (256). Each benchmark prints the daemon's pid
+//! `FLOW_BENCH_SCALE` (256), `FLOW_BENCH_PAUSED` (256), `FLOW_BENCH_MODEL_MIB` (64),
+//! `FLOW_BENCH_MODEL_TERMINALS` (50). Each benchmark prints the daemon's pid
 //! on stderr (`daemon pid N: …`), so a profiler can be attached to it.
 
 #[path = "../tests/common/mod.rs"]
@@ -210,6 +212,180 @@ async fn throughput() {
                 bytes / frames.max(1),
             );
         }
+    }
+}
+
+// ─── the terminal model ──────────────────────────────────────────────────────
+
+/// A file of `mib` MiB of output like `ls --color` (an SGR pair around every name, 100-byte
+/// lines): the model's skip-ahead applies, but it parses every SGR.
+fn make_coloured(dir: &std::path::Path, mib: u64) -> std::path::PathBuf {
+    let path = dir.join("model-coloured.txt");
+    let mut f = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+    let total = mib * 1024 * 1024;
+    let (mut written, mut i) = (0u64, 0u64);
+    while written < total {
+        let mut line = String::new();
+        while line.len() < 90 {
+            line.push_str(&format!("\x1b[01;3{}mn{:05}\x1b[0m ", i % 8, i % 100_000));
+            i += 1;
+        }
+        line.push('\n');
+        f.write_all(line.as_bytes()).unwrap();
+        written += line.len() as u64;
+    }
+    f.flush().unwrap();
+    path
+}
+
+/// A file of `mib` MiB of full-screen redraws (120×40, cursor addressing and colours, no line
+/// feeds, inside the alternate screen with a scroll region): nothing can be skipped, the model
+/// parses every byte.
+fn make_tui(dir: &std::path::Path, mib: u64) -> std::path::PathBuf {
+    let path = dir.join("model-tui.txt");
+    let mut f = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+    f.write_all(b"\x1b[?1049h\x1b[2;39r").unwrap();
+    let total = mib * 1024 * 1024;
+    let (mut written, mut i) = (0u64, 0u64);
+    while written < total {
+        let row = 1 + i % 40;
+        let text = format!(
+            "\x1b[{row};1H\x1b[3{}m\x1b[4{}m{:<100}\x1b[0m\x1b[K",
+            i % 8,
+            (i / 8) % 8,
+            format!("row {row} frame {} │ ─ ┼ é", i / 40)
+        );
+        f.write_all(text.as_bytes()).unwrap();
+        written += text.len() as u64;
+        i += 1;
+    }
+    f.write_all(b"\x1b[r\x1b[?1049l").unwrap();
+    f.flush().unwrap();
+    path
+}
+
+async fn model() {
+    let size = env_num("FLOW_BENCH_MODEL_MIB", 64);
+    let dir = tempfile::tempdir().unwrap();
+    let files = [
+        ("coloured", make_coloured(dir.path(), size)),
+        ("full-screen", make_tui(dir.path(), size)),
+    ];
+    println!("\n## model: throughput of escape-heavy output ({size} MiB, default flags)\n");
+    println!("| run | output | raw pty MB/s | ahpty MB/s | ratio | daemon CPU ms per MB |");
+    println!("|---|---|---|---|---|---|");
+    let d = Daemon::start();
+    announce(&d, "model");
+    let (mut c, _) = Lean::connect_init(d.addr(), "model", None).await;
+    c.keep_tail = Some(4096);
+    let t = terminal(&mut c, "model", true).await;
+    for round in 0..2 {
+        for (name, file) in &files {
+            let path = file.to_str().unwrap();
+            let (raw_bytes, _, raw_t) = raw_pty_read(&["cat", path]);
+            let raw = mb_per_s(raw_bytes, raw_t);
+            let before = c.data_len.get(&t).copied().unwrap_or(0);
+            let (u0, s0) = cpu_secs(d.pid());
+            let t0 = Instant::now();
+            let marker = format!("m-end-{round}{name}");
+            c.input(&t, &format!("cat {path}; echo {marker}-$((40+2))\r"))
+                .await;
+            c.wait_data(&t, &format!("{marker}-42"), Duration::from_secs(600))
+                .await;
+            let el = t0.elapsed();
+            let (u1, s1) = cpu_secs(d.pid());
+            let bytes = (c.data_len[&t] - before) as u64;
+            let rate = mb_per_s(bytes, el);
+            println!(
+                "| #{round} | {name} | {raw:.1} | {rate:.1} | **{:.2}** | {:.2} |",
+                rate / raw,
+                (u1 - u0 + s1 - s0) * 1e3 / (bytes as f64 / 1e6)
+            );
+        }
+    }
+    // Snapshot time: the terminal's content is full (1 MiB retained, the model far behind the
+    // first byte), the last output a full-screen program's. A second client subscribes over and
+    // over; the time is from sending `subscribe` to having its whole response.
+    let path = files[1].1.to_str().unwrap();
+    c.input(
+        &t,
+        &format!("head -c 3000000 {path}; echo snap-ready-$((40+2))\r"),
+    )
+    .await;
+    c.wait_data(&t, "snap-ready-42", Duration::from_secs(600))
+        .await;
+    let (mut v, _) = Lean::connect_init(d.addr(), "model-viewer", None).await;
+    let mut times = Vec::new();
+    let mut snapshot_bytes = 0;
+    for _ in 0..30 {
+        let t0 = Instant::now();
+        let snap = v.subscribe(&t).await;
+        times.push(t0.elapsed());
+        snapshot_bytes = snap.to_string().len();
+    }
+    times.sort();
+    println!("\n| snapshot of a full scrollback (subscribe round trip, 30 times) | p50 | max | snapshot JSON |");
+    println!("|---|---|---|---|");
+    println!(
+        "| 1 MiB retained, full-screen program | **{}** | {} | {:.2} MiB |",
+        us(percentile(&times, 0.5)),
+        us(*times.last().unwrap()),
+        mib(snapshot_bytes as u64)
+    );
+    drop(v);
+    drop(c);
+    drop(d);
+
+    // Idle memory of terminals whose model exists (each printed well past its scrollback),
+    // against the same number of terminals that only printed a prompt.
+    let n = env_num("FLOW_BENCH_MODEL_TERMINALS", 50) as usize;
+    let small = ["--scrollback-bytes", "16384", "--history-bytes", "16384"];
+    println!("\n| {n} idle terminals, `--scrollback-bytes 16384 --history-bytes 16384` | RSS per terminal |");
+    println!("|---|---|");
+    for modelled in [false, true] {
+        let d = Daemon::start_with(&small);
+        let pid = d.pid();
+        let (mut c, _) = Lean::connect_init(d.addr(), "idle-model", None).await;
+        let first = terminal(&mut c, "im0", true).await;
+        c.input(
+            &first,
+            &format!("head -c 400000 {path}; echo im-ready-$((40+2))\r"),
+        )
+        .await;
+        c.wait_data(&first, "im-ready-42", Duration::from_secs(60))
+            .await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let before = rss_bytes(pid);
+        let mut uris = Vec::new();
+        for i in 0..n {
+            let t = terminal(&mut c, &format!("im{}", i + 1), true).await;
+            if modelled {
+                c.input(
+                    &t,
+                    &format!("head -c 400000 {path}; echo im-ready-$((40+2))\r"),
+                )
+                .await;
+            } else {
+                c.input(&t, "echo im-ready-$((40+2))\r").await;
+            }
+            uris.push(t);
+        }
+        for t in &uris {
+            c.wait_data(t, "im-ready-42", Duration::from_secs(120))
+                .await;
+        }
+        // Idle: the models have caught up and rest in their frozen form.
+        c.drain_for(Duration::from_secs(2)).await;
+        let after = rss_bytes(pid);
+        println!(
+            "| {} | **{:.0} KiB** |",
+            if modelled {
+                "each printed 400 KB of full-screen output (model created, advanced, frozen)"
+            } else {
+                "each printed one line (no model state beyond the fresh one)"
+            },
+            after.saturating_sub(before) as f64 / 1024.0 / n as f64
+        );
     }
 }
 
@@ -885,6 +1061,7 @@ fn main() {
         "fanout",
         "scale",
         "paused",
+        "model",
     ];
     let run: Vec<&str> = if wanted.is_empty() {
         all.to_vec()
@@ -919,6 +1096,7 @@ fn main() {
                 "fanout" => fanout().await,
                 "scale" => scale().await,
                 "paused" => paused().await,
+                "model" => model().await,
                 _ => unreachable!(),
             }
         }

@@ -406,6 +406,9 @@ settings! {
     ping_interval: Duration = DEFAULT_PING_INTERVAL, limit |v| duration_at_least(*v, true);
     /// Drop a pinged peer that sends nothing back for this long (at least 100ms).
     ping_timeout: Duration = DEFAULT_PING_TIMEOUT, limit |v| duration_at_least(*v, false);
+    /// The colours the host answers a program's OSC 10/11/12 queries with: foreground,
+    /// background and cursor colour, as #RRGGBB,#RRGGBB,#RRGGBB.
+    report_colors: ReportColors = ReportColors::default(), limit any;
 }
 
 /// `127.0.0.1:8765`.
@@ -715,6 +718,74 @@ impl Value for Option<PathBuf> {
         } else if path.is_relative() {
             *path = base.join(&*path);
         }
+    }
+}
+
+/// A colour as 8-bit red, green and blue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rgb(pub u8, pub u8, pub u8);
+
+impl fmt::Display for Rgb {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "#{:02x}{:02x}{:02x}", self.0, self.1, self.2)
+    }
+}
+
+impl std::str::FromStr for Rgb {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, String> {
+        let hex = text.trim().strip_prefix('#').unwrap_or(text.trim());
+        let byte = |i: usize| u8::from_str_radix(hex.get(i..i + 2).unwrap_or("x"), 16);
+        match (hex.len(), byte(0), byte(2), byte(4)) {
+            (6, Ok(r), Ok(g), Ok(b)) => Ok(Rgb(r, g, b)),
+            _ => Err(format!(
+                "{text:?} is not a colour: expected #RRGGBB, e.g. #1e1e1e"
+            )),
+        }
+    }
+}
+
+/// The colours the host reports for OSC 10 (foreground), 11 (background) and 12 (cursor)
+/// queries. The defaults are xterm.js's: white on black, a white cursor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReportColors {
+    /// OSC 10.
+    pub foreground: Rgb,
+    /// OSC 11.
+    pub background: Rgb,
+    /// OSC 12.
+    pub cursor: Rgb,
+}
+
+impl Default for ReportColors {
+    fn default() -> Self {
+        ReportColors {
+            foreground: Rgb(0xff, 0xff, 0xff),
+            background: Rgb(0, 0, 0),
+            cursor: Rgb(0xff, 0xff, 0xff),
+        }
+    }
+}
+
+impl Value for ReportColors {
+    const EXPECTED: &'static str = "three colours, e.g. \"#ffffff,#000000,#ffffff\"";
+    fn parse(text: &str) -> Result<Self, String> {
+        let parts: Vec<&str> = text.split(',').collect();
+        let [fg, bg, cursor] = parts[..] else {
+            return Err(format!(
+                "expected {} (foreground, background, cursor)",
+                Self::EXPECTED
+            ));
+        };
+        Ok(ReportColors {
+            foreground: fg.parse()?,
+            background: bg.parse()?,
+            cursor: cursor.parse()?,
+        })
+    }
+    fn to_toml(&self) -> String {
+        let text = format!("{},{},{}", self.foreground, self.background, self.cursor);
+        toml::Value::String(text).to_string()
     }
 }
 
@@ -1269,6 +1340,7 @@ impl Settings {
             max_terminals: self.max_terminals.value,
             max_subscriptions: self.max_subscriptions.value,
             agent_env: agent_env(!self.no_agent_env.value, &self.agent_env.value),
+            report_colors: self.report_colors.value,
         };
         Ok((config, warnings))
     }
@@ -1440,6 +1512,8 @@ pub struct Config {
     /// Variables set in agent terminals (created with a session claim) only; see
     /// [`DEFAULT_AGENT_ENV`].
     pub agent_env: Vec<(String, String)>,
+    /// The colours OSC 10/11/12 queries are answered with.
+    pub report_colors: ReportColors,
 }
 
 impl Config {
@@ -1487,6 +1561,7 @@ impl Default for Config {
             max_terminals: DEFAULT_MAX_TERMINALS,
             max_subscriptions: DEFAULT_MAX_SUBSCRIPTIONS,
             agent_env: agent_env(true, &[]),
+            report_colors: ReportColors::default(),
         }
     }
 }

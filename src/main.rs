@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use ahpty::config::{
     self, help, parse_flag, parse_item, AgentEnvArg, ConfigError, Layer, Listen, Loaded, Origin,
-    Val, KEYS, TOKEN_ENV,
+    ReportColors, Val, KEYS, TOKEN_ENV,
 };
 use ahpty::service;
 use clap::{CommandFactory, Parser, Subcommand};
@@ -179,6 +179,8 @@ struct ServeArgs {
     ping_interval: Option<Duration>,
     #[arg(long, value_name = "DURATION", help = help("ping_timeout"), value_parser = parse_flag::<Duration>)]
     ping_timeout: Option<Duration>,
+    #[arg(long, value_name = "FG,BG,CURSOR", help = help("report_colors"), value_parser = parse_flag::<ReportColors>)]
+    report_colors: Option<ReportColors>,
 }
 
 /// A flag's parsed form as a setting: `Some` when the flag was given.
@@ -246,7 +248,8 @@ impl ServeArgs {
             max_connections,
             handshake_timeout,
             ping_interval,
-            ping_timeout
+            ping_timeout,
+            report_colors
         );
         if let Some(ms) = self.kill_grace_ms {
             layer.kill_grace = Some(Val {

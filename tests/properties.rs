@@ -355,12 +355,18 @@ fn arb_segment() -> impl Strategy<Value = (Vec<u8>, String)> {
         Just("\x1b]633;P;Cwd=/tmp\x1b\\".to_string()),
         Just("\x1b]133;A\x07".to_string()),
         Just("\x1b]133;D;1\x07".to_string()),
+        // Terminal queries: cut too (the host answers them).
+        Just("\x1b[6n".to_string()),
+        Just("\x1b[c".to_string()),
+        Just("\x1b]11;?\x1b\\".to_string()),
+        Just("\x1b[?2004$p".to_string()),
     ]
     .prop_map(|s| (s.into_bytes(), String::new()));
     prop_oneof![4 => text, 2 => kept, 2 => stripped]
 }
 
-fn run_parser(chunks: &[&[u8]]) -> (String, usize) {
+/// The text, the number of marks and the number of queries the parser reports.
+fn run_parser(chunks: &[&[u8]]) -> (String, usize, usize) {
     let mut p = OutputParser::new(NONCE.into());
     let mut out = Vec::new();
     for c in chunks {
@@ -368,14 +374,15 @@ fn run_parser(chunks: &[&[u8]]) -> (String, usize) {
     }
     p.finish(&mut out);
     let mut text = String::new();
-    let mut marks = 0;
+    let (mut marks, mut queries) = (0, 0);
     for e in out {
         match e {
             OutputEvent::Text(t) => text.push_str(&t),
             OutputEvent::Mark(_) => marks += 1,
+            OutputEvent::Query(_) => queries += 1,
         }
     }
-    (text, marks)
+    (text, marks, queries)
 }
 
 fn split_at_points<'a>(bytes: &'a [u8], points: &[usize]) -> Vec<&'a [u8]> {
@@ -395,7 +402,8 @@ fn split_at_points<'a>(bytes: &'a [u8], points: &[usize]) -> Vec<&'a [u8]> {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 1000, ..ProptestConfig::default() })]
 
-    /// Output text = input minus the shell-integration sequences, for any split of the input.
+    /// Output text = input minus the shell-integration sequences and terminal queries, for any
+    /// split of the input; every query is reported once.
     #[test]
     fn parser_strips_exactly_the_integration_sequences(
         segments in prop::collection::vec(arb_segment(), 0..24),
@@ -403,11 +411,17 @@ proptest! {
     ) {
         let input: Vec<u8> = segments.iter().flat_map(|(b, _)| b.clone()).collect();
         let want: String = segments.iter().map(|(_, s)| s.as_str()).collect();
-        let (whole, marks) = run_parser(&[&input]);
+        let (whole, marks, queries) = run_parser(&[&input]);
         prop_assert_eq!(&whole, &want);
-        let (split, split_marks) = run_parser(&split_at_points(&input, &points));
+        let (split, split_marks, split_queries) = run_parser(&split_at_points(&input, &points));
         prop_assert_eq!(&split, &want);
         prop_assert_eq!(marks, split_marks);
+        prop_assert_eq!(queries, split_queries);
+        let asked = segments
+            .iter()
+            .filter(|(b, s)| s.is_empty() && !b.starts_with(b"\x1b]633;") && !b.starts_with(b"\x1b]133;"))
+            .count();
+        prop_assert_eq!(queries, asked);
     }
 
     /// Arbitrary bytes (biased towards escape-sequence material): never panics, and the result

@@ -149,6 +149,8 @@ impl Term {
                     self.marks.push(m.clone());
                     self.tracker.on_mark(m, 0, &mut self.actions);
                 }
+                // Nobody answers here (the host does, in the daemon).
+                OutputEvent::Query(_) => {}
             }
         }
     }

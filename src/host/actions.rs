@@ -143,6 +143,7 @@ impl Inner {
                 if let Err(e) = t.process.resize(cols, rows) {
                     tracing::debug!(terminal = %uri, error = %e, "pty resize failed");
                 }
+                t.screen.resized(cols, rows);
                 self.emit_terminal(uri, action, Some(origin));
             }
             StateAction::TerminalTitleChanged(_) => {

@@ -14,7 +14,8 @@
 //! This file holds the store itself and the connection registry (initialize, subscribe);
 //! `terminals.rs` the terminal lifecycle and server actions, `actions.rs` client actions,
 //! `resume.rs` reconnect and reaping, `flow.rs` the flow-control policy (watermarks, limits,
-//! lagging and stalled connections); `pump.rs` is the per-terminal task.
+//! lagging and stalled connections); `pump.rs` is the per-terminal task; `screen.rs` keeps
+//! what snapshots and cursor reports need of the terminal model, and runs its task.
 
 mod actions;
 pub mod catalog;
@@ -24,6 +25,7 @@ pub mod history;
 pub mod outbox;
 mod pump;
 mod resume;
+mod screen;
 pub mod scrollback;
 mod terminals;
 pub mod validate;
@@ -131,6 +133,8 @@ struct TerminalEntry {
     /// This terminal's row of the root catalogue (`TerminalInfo`) as JSON, kept until its
     /// title, claim or lifecycle changes, so a catalogue update encodes only what changed.
     info_json: Option<String>,
+    /// What snapshots and cursor reports need of the terminal model.
+    screen: screen::Screen,
 }
 
 impl Host {
@@ -441,9 +445,9 @@ impl Inner {
             SnapshotState::Root(Box::new(self.root.clone()))
         } else {
             let t = self.terminals.get(channel)?;
-            SnapshotState::Terminal(Box::new(scrollback::retained(
+            SnapshotState::Terminal(Box::new(scrollback::with_content(
                 &t.state,
-                self.scrollback_bytes,
+                t.screen.snapshot_content(&t.state, self.scrollback_bytes),
             )))
         };
         Some(Snapshot {

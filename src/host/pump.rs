@@ -15,6 +15,9 @@
 //!   envelopes, while an idle terminal's first byte, and every keystroke echo, goes out at
 //!   once. While merging, the pump is woken by its own last update being written, by the end
 //!   of the window, or by [`WAKE_BYTES`] more output — not by every pty read.
+//! - **The model's pace.** In the rare case that the terminal model falls more than
+//!   8 MiB of trimmed output behind (a full-screen program redrawing faster than it can be
+//!   emulated), the pump waits for it before taking more output (see `screen.rs`).
 //! - **Exit ordering.** `terminal/exited` is emitted only after the output has been drained:
 //!   after EOF, or [`EXIT_DRAIN`] after the process exited if a background job keeps the pty
 //!   open. Output arriving after that is still delivered, until the terminal is disposed.
@@ -99,6 +102,7 @@ pub(super) async fn run(
 impl Pump {
     async fn run(&mut self) {
         loop {
+            self.wait_for_model().await;
             self.wait_for_room().await;
             let event = match self.pending.take() {
                 Some(e) => Some(e),
@@ -150,6 +154,19 @@ impl Pump {
         if let (Some(code), false) = (self.exit, self.exit_reported) {
             self.host.apply_exited(&self.uri, self.id, code);
             self.exit_reported = true;
+        }
+    }
+
+    /// Waits while the terminal model is too far behind (see `screen.rs`).
+    async fn wait_for_model(&self) {
+        while let Some(caught_up) = self.host.model_backlog(&self.uri, self.id) {
+            let notified = caught_up.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.host.model_backlog(&self.uri, self.id).is_none() {
+                return;
+            }
+            notified.await;
         }
     }
 

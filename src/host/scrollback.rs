@@ -61,6 +61,13 @@ fn plan(state: &TerminalState, cap: usize) -> (usize, usize, usize) {
     (parts, cut, total - cut)
 }
 
+/// Where the content that [`trim`] to `cap` keeps begins: how many whole leading parts it
+/// drops and how many bytes it cuts from the head of the next one.
+pub fn retained_start(state: &TerminalState, cap: usize) -> (usize, usize) {
+    let (parts, cut, _) = plan(state, cap);
+    (parts, cut)
+}
+
 /// Trims `state.content` to at most `cap` bytes (plus at most the command line of a running
 /// command). Returns the new total.
 pub fn trim(state: &mut TerminalState, cap: usize) -> usize {
@@ -99,6 +106,11 @@ pub fn retained(state: &TerminalState, cap: usize) -> TerminalState {
             other => other.clone(),
         });
     }
+    with_content(state, content)
+}
+
+/// A copy of `state` with `content` in place of its content (which is not copied).
+pub fn with_content(state: &TerminalState, content: Vec<TerminalContentPart>) -> TerminalState {
     let TerminalState {
         title,
         cwd,

@@ -29,7 +29,7 @@ use super::channel::{self, ChannelKind};
 use super::flow::{Gate, Subscribers};
 use super::history::History;
 use super::outbox::OutboxRef;
-use super::{pump, scrollback, validate, ConnEntry, ConnId, Host, Inner, TerminalEntry};
+use super::{pump, screen, scrollback, validate, ConnEntry, ConnId, Host, Inner, TerminalEntry};
 use crate::config::{EXE_ENV, HOST_ID_ENV, TERMINAL_ENV};
 use crate::rpc::error::RpcError;
 use crate::rpc::{frame, version};
@@ -126,7 +126,8 @@ impl Host {
                 .env
                 .extend(agent_env.map(|(k, v)| (k.into(), v.into())));
         }
-        let pipeline = OutputPipeline::new(nonce.clone(), Some(cwd_uri.clone()), inject);
+        let pipeline = OutputPipeline::new(nonce.clone(), Some(cwd_uri.clone()), inject)
+            .with_report_colors(self.config.report_colors);
         let started = tokio::task::spawn_blocking(move || {
             let mut request = request;
             if inject {
@@ -150,6 +151,8 @@ impl Host {
             }
         };
         let wake = Arc::new(tokio::sync::Notify::new());
+        let screen = screen::Screen::new(cols, rows);
+        let model_wake = screen.wake();
         let id = {
             let mut inner = self.lock();
             inner.reserved.remove(&uri);
@@ -182,6 +185,7 @@ impl Host {
                     orphaned_since: None,
                     created_ms: shell_integration::now_ms(),
                     info_json: None,
+                    screen,
                 },
             );
             inner.refresh_orphans();
@@ -199,6 +203,7 @@ impl Host {
             return Err(RpcError::internal("ahpty is shutting down"));
         };
         tracing::info!(terminal = %uri, pid = process.pid(), shell = %shell.display(), "terminal created");
+        tokio::spawn(screen::run(self.clone(), uri.clone(), id, model_wake));
         tokio::spawn(pump::run(self.clone(), uri, id, events, wake));
         Ok(())
     }
@@ -285,16 +290,30 @@ impl Host {
             return None;
         }
         let mut pieces = Vec::with_capacity(events.len());
+        // Each query's offset in the text stream: what came before it in this batch.
+        let mut replies = Vec::new();
+        let mut seen = 0;
         for ev in events {
             match ev {
-                PtyEvent::Data(d) => pieces.push(d),
+                PtyEvent::Data(d) => {
+                    seen += d.len() as u64;
+                    pieces.push(d);
+                }
                 PtyEvent::Action(a) => {
                     inner.emit_data(uri, std::mem::take(&mut pieces));
                     inner.apply_server_action(uri, *a);
                 }
+                PtyEvent::Reply(r) => replies.push((seen, r)),
             }
         }
         inner.emit_data(uri, pieces);
+        let t = inner.terminals.get_mut(uri)?;
+        if !replies.is_empty() {
+            let base = t.screen.tail() - seen;
+            let process = t.process.clone();
+            let replies = replies.into_iter().map(|(at, r)| (base + at, r)).collect();
+            t.screen.queries(replies, &process);
+        }
         let t = inner.terminals.get(uri)?;
         in_flight.extend(
             inner
@@ -302,6 +321,14 @@ impl Host {
                 .map(|q| (q.clone(), q.ticket())),
         );
         inner.gate(uri)
+    }
+
+    /// The wake-up to wait for when terminal `id`'s model is too far behind for more output
+    /// to be taken (see `screen.rs`); `None` when it may go on.
+    pub(super) fn model_backlog(&self, uri: &str, id: u64) -> Option<Arc<tokio::sync::Notify>> {
+        let inner = self.lock();
+        let t = inner.terminals.get(uri).filter(|t| t.id == id)?;
+        t.screen.backlog()
     }
 
     /// The process of terminal `id` exited: `terminal/exited`, then the root update.
@@ -357,6 +384,9 @@ impl Inner {
         let Some(t) = self.terminals.get_mut(uri) else {
             return;
         };
+        if matches!(action, StateAction::TerminalCleared(_)) {
+            t.screen.before_clear(&t.state);
+        }
         apply_action_to_terminal(&mut t.state, &action);
         if matches!(
             action,
@@ -441,6 +471,7 @@ impl Inner {
                 *piece = d.data;
             }
         }
+        t.screen.appended(added, cap);
         t.add_content(added, cap);
         let text: Utf8Bytes = frame::data_action(uri, seq, &pieces).into();
         fan_out(&mut self.connections, &t.subscribers, None, &text);
@@ -516,6 +547,7 @@ impl TerminalEntry {
     fn add_content(&mut self, bytes: usize, cap: usize) {
         self.content_bytes += bytes;
         if self.content_bytes > scrollback::trim_threshold(cap) {
+            self.screen.before_trim(&self.state, cap);
             self.content_bytes = scrollback::trim(&mut self.state, cap);
         }
     }

@@ -1,13 +1,15 @@
 //! Terminals at the OS level: a pty process plus the threads that move its bytes.
 //!
 //! [`start`] spawns the program (see [`process`]), a reader thread that turns pty bytes into
-//! [`PtyEvent`]s through the [`output`] pipeline (UTF-8 assembly, shell-integration marks),
+//! [`PtyEvent`]s through the [`output`] pipeline (UTF-8 assembly, shell-integration marks,
+//! terminal queries),
 //! and a waiter thread that reports the exit status. Everything arrives, in order, on one
 //! hand-off of [`TerminalEvent`]s bounded in bytes ([`output::channel`]); when it is full the
 //! reader stops reading the pty, so a program that floods output blocks in `write` as in a
 //! real terminal.
 //! This module knows nothing of connections or `serverSeq`; the host consumes the events.
 
+pub mod model;
 pub mod output;
 pub mod process;
 pub mod shell_integration;
@@ -39,6 +41,8 @@ pub enum PtyEvent {
     Data(String),
     /// A server-originated terminal action derived from the output (command marks, cwd, title).
     Action(Box<StateAction>),
+    /// The answer to a terminal query found (and removed) at this point of the output.
+    Reply(model::Reply),
 }
 
 /// What a running terminal reports to the host.

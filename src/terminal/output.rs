@@ -5,7 +5,8 @@
 //! UTF-8 across reads (invalid bytes become U+FFFD, no character is split between two events),
 //! removes every shell-integration sequence and reports marks; the [`CommandTracker`] turns
 //! the marks into terminal actions. Output written before a mark is emitted before the
-//! mark's action. Touches nothing outside the terminal it belongs to.
+//! mark's action. Terminal queries the parser removed become [`PtyEvent::Reply`]s, in stream
+//! order, for the host to answer. Touches nothing outside the terminal it belongs to.
 //!
 //! The hand-off is bounded in bytes of output ([`PENDING_OUTPUT_BYTES`]): when that much is
 //! waiting, the reader thread stops reading the pty, so the program blocks in `write`. The
@@ -19,8 +20,10 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use tokio::sync::mpsc::error::{SendError, TryRecvError};
 use tokio::sync::Notify;
 
+use super::model::query;
 use super::shell_integration::{now_ms, CommandTracker, OutputEvent, OutputParser};
 use super::{PtyEvent, TerminalEvent};
+use crate::config::ReportColors;
 
 /// Output bytes that may wait in the hand-off before the reader thread stops reading the pty.
 pub const PENDING_OUTPUT_BYTES: usize = 128 * 1024;
@@ -30,6 +33,7 @@ pub struct OutputPipeline {
     parser: OutputParser,
     tracker: CommandTracker,
     scratch: Vec<OutputEvent>,
+    colors: ReportColors,
 }
 
 impl std::fmt::Debug for OutputPipeline {
@@ -54,7 +58,14 @@ impl OutputPipeline {
             parser,
             tracker: CommandTracker::new(cwd_uri),
             scratch: Vec::new(),
+            colors: ReportColors::default(),
         }
+    }
+
+    /// Answers OSC 10/11/12 colour queries with `colors` (default: [`ReportColors::default`]).
+    pub fn with_report_colors(mut self, colors: ReportColors) -> Self {
+        self.colors = colors;
+        self
     }
 
     /// Processes one read's bytes.
@@ -89,6 +100,11 @@ impl OutputPipeline {
                     self.tracker.on_mark(m, now_ms(), &mut actions);
                     out.extend(actions.drain(..).map(|a| PtyEvent::Action(Box::new(a))));
                 }
+                OutputEvent::Query(q) => {
+                    if let Some(reply) = query::answer(&q, &self.colors) {
+                        out.push(PtyEvent::Reply(reply));
+                    }
+                }
             }
         }
         out
@@ -101,7 +117,7 @@ pub fn batch_bytes(batch: &[PtyEvent]) -> usize {
         .iter()
         .map(|e| match e {
             PtyEvent::Data(d) => d.len(),
-            PtyEvent::Action(_) => 0,
+            PtyEvent::Action(_) | PtyEvent::Reply(_) => 0,
         })
         .sum()
 }
@@ -388,6 +404,7 @@ mod tests {
                     StateAction::TerminalCommandFinished(f) => format!("done:{:?}", f.exit_code),
                     other => format!("{other:?}"),
                 },
+                PtyEvent::Reply(r) => format!("reply:{r:?}"),
             })
             .collect();
         assert_eq!(

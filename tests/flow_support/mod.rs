@@ -476,13 +476,27 @@ pub fn replayed_data(result: &Value, channel: &str) -> String {
         .unwrap_or_default()
 }
 
-/// The text of a terminal snapshot's content (values and command outputs, in order).
+/// How the synthesized prefix of a snapshot (its own first part, there when the terminal's
+/// output was trimmed) begins: the preamble that resets the client's emulator.
+pub const SYNTHESIZED_START: &str = "\x1b[?1049l\x1b[r\x1b[?6l";
+
+/// Whether content part `p` is a snapshot's synthesized prefix.
+pub fn is_synthesized(p: &Value) -> bool {
+    p["type"] == "unclassified"
+        && p["value"]
+            .as_str()
+            .is_some_and(|v| v.starts_with(SYNTHESIZED_START))
+}
+
+/// The text of a terminal snapshot's retained content (values and command outputs, in order),
+/// without the synthesized prefix: the tail of the output stream.
 pub fn snapshot_text(snapshot: &Value) -> String {
     snapshot["state"]["content"]
         .as_array()
         .map(|parts| {
             parts
                 .iter()
+                .filter(|p| !is_synthesized(p))
                 .filter_map(|p| p["value"].as_str().or_else(|| p["output"].as_str()))
                 .collect()
         })

@@ -14,7 +14,13 @@
 //! character after a code point split across `advance` calls cannot happen here.
 //! Three sequence ends are silent in vte (a CSI that vte ignores, and an ESC that ends
 //! DCS-ignore or SOS/PM/APC); those are recognised from the byte itself.
+//!
+//! Terminal queries (cursor position, device attributes, mode and colour reports, …; see
+//! [`crate::terminal::model::query`]) are removed too and reported as [`OutputEvent::Query`],
+//! so that the host answers them and no client ever sees one. A live [`ModeTracker`] follows
+//! the modes set by the sequences going through, for DECRQM reports.
 
+use crate::terminal::model::{query, ModeTracker, Query};
 use crate::terminal::utf8::Utf8Decoder;
 use std::mem;
 
@@ -82,6 +88,8 @@ pub enum OutputEvent {
     Text(String),
     /// A mark found at this point of the stream.
     Mark(Mark),
+    /// A terminal query found (and removed) at this point of the stream.
+    Query(Query),
 }
 
 /// Kind of the escape sequence in progress, decided by the byte after ESC.
@@ -114,7 +122,11 @@ enum Mode {
     Skip { after_esc: bool },
 }
 
-/// Records which vte callbacks fired for the bytes just fed.
+/// Most CSI parameters recorded for query recognition and mode tracking.
+const MAX_PARAMS: usize = 16;
+
+/// Records which vte callbacks fired for the bytes just fed (and what the last CSI or ESC
+/// sequence was).
 #[derive(Default)]
 struct Recorder {
     csi: bool,
@@ -122,6 +134,32 @@ struct Recorder {
     osc: bool,
     unhook: bool,
     cancel: bool,
+    /// The dispatched CSI's first sub-parameters (`n` of them), intermediates (`ni`) and
+    /// final byte; or the dispatched ESC's intermediates and final byte.
+    params: [u16; MAX_PARAMS],
+    n: usize,
+    inter: [u8; 2],
+    ni: usize,
+    action: u8,
+}
+
+impl Recorder {
+    fn reset(&mut self) {
+        self.csi = false;
+        self.esc = false;
+        self.osc = false;
+        self.unhook = false;
+        self.cancel = false;
+    }
+
+    fn intermediates(&self) -> &[u8] {
+        &self.inter[..self.ni]
+    }
+
+    fn record_intermediates(&mut self, intermediates: &[u8]) {
+        self.ni = intermediates.len().min(self.inter.len());
+        self.inter[..self.ni].copy_from_slice(&intermediates[..self.ni]);
+    }
 }
 
 impl vte::Perform for Recorder {
@@ -136,11 +174,22 @@ impl vte::Perform for Recorder {
     fn osc_dispatch(&mut self, _params: &[&[u8]], _bell_terminated: bool) {
         self.osc = true;
     }
-    fn csi_dispatch(&mut self, _: &vte::Params, _: &[u8], _: bool, _: char) {
+    fn csi_dispatch(&mut self, params: &vte::Params, intermediates: &[u8], ignore: bool, c: char) {
         self.csi = true;
+        // An ignored (overlong) or non-ASCII sequence is neither a query nor a mode change.
+        self.action = if ignore || !c.is_ascii() { 0 } else { c as u8 };
+        self.n = 0;
+        for p in params.iter().take(MAX_PARAMS) {
+            self.params[self.n] = p.first().copied().unwrap_or(0);
+            self.n += 1;
+        }
+        self.record_intermediates(intermediates);
     }
-    fn esc_dispatch(&mut self, _intermediates: &[u8], _ignore: bool, _byte: u8) {
+    fn esc_dispatch(&mut self, intermediates: &[u8], ignore: bool, byte: u8) {
         self.esc = true;
+        self.action = if ignore { 0 } else { byte };
+        self.n = 0;
+        self.record_intermediates(intermediates);
     }
 }
 
@@ -157,6 +206,8 @@ pub struct OutputParser {
     decoder: Utf8Decoder,
     /// Text decoded during the current `feed`, not yet pushed as an event.
     text: String,
+    /// The modes set by the output so far (for DECRQM reports).
+    modes: ModeTracker,
 }
 
 impl OutputParser {
@@ -172,6 +223,7 @@ impl OutputParser {
             buf: Vec::new(),
             decoder: Utf8Decoder::new(),
             text: String::new(),
+            modes: ModeTracker::new(false),
         }
     }
 
@@ -248,12 +300,58 @@ impl OutputParser {
         self.decoder.finish_into(&mut self.text);
         self.buf.clear();
         self.buf.push(ESC);
-        self.rec = Recorder::default();
+        self.rec.reset();
         self.vte.advance(&mut self.rec, &[ESC]);
         self.mode = Mode::Seq {
             kind: Kind::Esc,
             esc_intermediate: false,
         };
+    }
+
+    fn emit_query(&mut self, query: Query, out: &mut Vec<OutputEvent>) {
+        self.flush_text(out);
+        out.push(OutputEvent::Query(query));
+    }
+
+    /// Forgets the held sequence bytes (a query: never passed on).
+    fn drop_held(&mut self) {
+        let buf = mem::take(&mut self.buf);
+        self.recycle(buf);
+    }
+
+    /// A CSI sequence (held in `buf`) was dispatched: a query is removed and reported, any
+    /// other sequence passes (and may change a tracked mode).
+    fn csi_done(&mut self, out: &mut Vec<OutputEvent>) {
+        let params = &self.rec.params[..self.rec.n];
+        let intermediates = self.rec.intermediates();
+        let action = self.rec.action;
+        if action == 0 {
+            self.release_held();
+            return;
+        }
+        match query::csi(params, intermediates, action) {
+            Some(mut q) => {
+                if let Query::Mode {
+                    private,
+                    mode,
+                    report,
+                } = &mut q
+                {
+                    let modes = &self.modes.modes;
+                    *report = if *private {
+                        modes.dec_report(*mode)
+                    } else {
+                        modes.ansi_report(*mode)
+                    };
+                }
+                self.drop_held();
+                self.emit_query(q, out);
+            }
+            None => {
+                self.modes.csi(params, intermediates, action, 0);
+                self.release_held();
+            }
+        }
     }
 
     /// Releases the held sequence bytes verbatim as text.
@@ -292,7 +390,7 @@ impl OutputParser {
             } => self.step_seq(kind, esc_intermediate, bytes, out),
             Mode::AwaitSt { kind } => {
                 let b = bytes[0];
-                self.rec = Recorder::default();
+                self.rec.reset();
                 self.vte.advance(&mut self.rec, &[b]);
                 let buf = mem::take(&mut self.buf);
                 if b == b'\\' && self.rec.esc {
@@ -312,7 +410,7 @@ impl OutputParser {
                         kind: Kind::Esc,
                         esc_intermediate: false,
                     };
-                    self.after_esc_byte(b, false);
+                    self.after_esc_byte(b, false, out);
                 }
                 1
             }
@@ -382,7 +480,7 @@ impl OutputParser {
                 .position(|&b| matches!(b, BEL | CAN | SUB | ESC | C1_ST))
                 .unwrap_or(limit);
             if n > 0 {
-                self.rec = Recorder::default();
+                self.rec.reset();
                 self.vte.advance(&mut self.rec, &bytes[..n]);
                 self.buf.extend_from_slice(&bytes[..n]);
                 self.check_overflow(kind);
@@ -390,17 +488,20 @@ impl OutputParser {
             }
         }
         let b = bytes[0];
-        self.rec = Recorder::default();
+        self.rec.reset();
         self.vte.advance(&mut self.rec, &[b]);
         match kind {
-            Kind::Esc => self.after_esc_byte(b, esc_intermediate),
+            Kind::Esc => self.after_esc_byte(b, esc_intermediate, out),
             Kind::Csi => {
                 if b == ESC {
                     self.release_held();
                     self.start_seq_after_esc();
                 } else {
                     self.buf.push(b);
-                    if self.rec.csi || self.rec.cancel || (0x40..=0x7e).contains(&b) {
+                    if self.rec.csi && !self.rec.cancel {
+                        self.csi_done(out);
+                        self.mode = Mode::Ground;
+                    } else if self.rec.csi || self.rec.cancel || (0x40..=0x7e).contains(&b) {
                         self.release_held();
                         self.mode = Mode::Ground;
                     } else {
@@ -464,7 +565,7 @@ impl OutputParser {
     }
 
     /// Handles byte `b` (already fed to vte) of an ESC-kind sequence.
-    fn after_esc_byte(&mut self, b: u8, esc_intermediate: bool) {
+    fn after_esc_byte(&mut self, b: u8, esc_intermediate: bool, out: &mut Vec<OutputEvent>) {
         if b == ESC {
             // vte restarts the escape; release what we had and start over.
             self.release_held();
@@ -472,6 +573,19 @@ impl OutputParser {
             return;
         }
         self.buf.push(b);
+        if self.rec.esc && !self.rec.cancel {
+            let intermediates = self.rec.intermediates();
+            if intermediates.is_empty() && self.rec.action == b'Z' {
+                // DECID: the old form of DA1.
+                self.drop_held();
+                self.emit_query(Query::PrimaryAttributes, out);
+            } else {
+                self.modes.esc(intermediates, self.rec.action);
+                self.release_held();
+            }
+            self.mode = Mode::Ground;
+            return;
+        }
         if self.rec.esc || self.rec.cancel {
             self.release_held();
             self.mode = Mode::Ground;
@@ -530,6 +644,11 @@ impl OutputParser {
         terminator: Option<&[u8]>,
         out: &mut Vec<OutputEvent>,
     ) {
+        if kind == Kind::Dcs && query::dcs(&buf) {
+            self.recycle(buf);
+            self.emit_query(Query::Unanswered, out);
+            return;
+        }
         if kind != Kind::Osc {
             if let Some(t) = terminator {
                 buf.extend_from_slice(t);
@@ -540,6 +659,13 @@ impl OutputParser {
         }
         // For BEL the terminator was pushed into nothing yet: buf holds ESC ] payload.
         let payload = osc_payload(&buf);
+        if let Some(queries) = query::osc(payload, terminator == Some(&[BEL][..])) {
+            self.recycle(buf);
+            for q in queries {
+                self.emit_query(q, out);
+            }
+            return;
+        }
         match classify_osc(payload, &self.nonce, self.require_nonce) {
             Osc::Integration(mark) => {
                 self.recycle(buf);
@@ -804,7 +930,7 @@ mod tests {
             .iter()
             .filter_map(|e| match e {
                 OutputEvent::Mark(m) => Some(m.clone()),
-                OutputEvent::Text(_) => None,
+                OutputEvent::Text(_) | OutputEvent::Query(_) => None,
             })
             .collect();
         assert_eq!(
@@ -824,7 +950,7 @@ mod tests {
             .iter()
             .filter_map(|e| match e {
                 OutputEvent::Text(t) => Some(t.as_str()),
-                OutputEvent::Mark(_) => None,
+                OutputEvent::Mark(_) | OutputEvent::Query(_) => None,
             })
             .collect();
         assert_eq!(text, "abcdefgh");
@@ -1241,7 +1367,7 @@ mod tests {
             b"\x1b_Gf=100;AAAA\x1b\\",
             b"\x1b^pm\x1b\\\x1bXsos\x1b\\",
             b"\x1b7\x1b8\x1b(B\x1b#8\x1bc",
-            b"\x1b[?1049h\x1b[2J\x1b[1;1H\x1b[38;2;1;2;3m\x1b[>c",
+            b"\x1b[?1049h\x1b[2J\x1b[1;1H\x1b[38;2;1;2;3m\x1b[>4;2m",
             b"\x1b[1\n2m",
             b"\x1b[1$}x\x1b[?1;2;3;4;5;6;7;8;9;10;11;12;13;14;15;16;17;18;19;20;21;22;23;24;25;26;27;28;29;30;31;32;33h",
             b"\r\n\t\x08\x07\x00\x7f\x1b\x1b[A\x1b\x18x\x1b]0;a\x18b",
@@ -1251,6 +1377,69 @@ mod tests {
             let ev = check_splits(input);
             assert_eq!(text_of(&ev).as_bytes(), input, "{input:?}");
         }
+    }
+
+    fn queries_of(ev: &[OutputEvent]) -> Vec<Query> {
+        ev.iter()
+            .filter_map(|e| match e {
+                OutputEvent::Query(q) => Some(q.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn queries_are_cut_and_reported_in_order() {
+        let input = b"a\x1b[6nb\x1b[?6nc\x1b[cd\x1b[>0ce\x1b]11;?\x1b\\f\x1b]10;?\x07g\x1bZh\
+                      \x1b[5ni\x1bP$qm\x1b\\j\x1b[18tk\x1b[?u\x1b]4;1;?\x07l";
+        let ev = check_splits(input);
+        assert_eq!(text_of(&ev), "abcdefghijkl");
+        assert_eq!(
+            queries_of(&ev),
+            [
+                Query::CursorPosition { extended: false },
+                Query::CursorPosition { extended: true },
+                Query::PrimaryAttributes,
+                Query::SecondaryAttributes,
+                Query::Color {
+                    which: 11,
+                    bell: false
+                },
+                Query::Color {
+                    which: 10,
+                    bell: true
+                },
+                Query::PrimaryAttributes,
+                Query::Status,
+                Query::Unanswered,
+                Query::WindowSize { op: 18 },
+                Query::Unanswered,
+                Query::Unanswered,
+            ]
+        );
+        // Text before a query comes before it.
+        assert_eq!(
+            run(&[b"ab\x1b[6", b"ncd"]),
+            vec![
+                OutputEvent::Text("ab".into()),
+                OutputEvent::Query(Query::CursorPosition { extended: false }),
+                OutputEvent::Text("cd".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn mode_reports_follow_the_output() {
+        let ev = check_splits(b"\x1b[?2004$p\x1b[?2004h\x1b[?2004$p\x1b[4h\x1b[4$p\x1b[?77$p");
+        assert_eq!(text_of(&ev), "\x1b[?2004h\x1b[4h");
+        let reports: Vec<u8> = queries_of(&ev)
+            .iter()
+            .map(|q| match q {
+                Query::Mode { report, .. } => *report,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(reports, [2, 1, 1, 0]);
     }
 
     #[test]
@@ -1346,7 +1535,7 @@ mod tests {
             b"\x1b]133;C\x07",
             b"\x1b]633;D;0\x1b\\",
             b"\x1b]7;file:///tmp\x07",
-            b"\x1bP+q544e\x1b\\",
+            b"\x1bPq#0;2;0;0;0\x1b\\",
             b"\r\n",
         ];
         // Deterministic pseudo-random concatenations.

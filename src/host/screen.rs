@@ -1,0 +1,601 @@
+//! Each terminal's screen as a client would draw it: the bookkeeping that lets a snapshot
+//! rebuild the live screen and a cursor position report be answered, with the terminal model
+//! ([`crate::terminal::model`]) doing the emulation off the host lock.
+//!
+//! Positions are offsets into the terminal's *text stream*: every byte of client-visible
+//! output (the `value` of unclassified parts and the `output` of command parts, never a
+//! `commandLine`) since the terminal started. The model lags behind the live stream: its
+//! state is kept (frozen, a few KiB) at `base_at`, which a per-terminal worker moves to where
+//! the content a snapshot retains begins, once that is [`ADVANCE_BYTES`] ahead. Text trimmed
+//! off the content before the model has reached it is kept here until it has.
+//!
+//! A snapshot is then: one unclassified part, the *synthesized prefix* — a preamble that
+//! resets the client's emulator, the model's state at `base_at`, then the text from `base_at`
+//! to where the retained content begins — followed by exactly the parts a trim to
+//! `--scrollback-bytes` keeps. When the pty was resized after `base_at`, a repaint (preamble
+//! plus the model's state just after the resize) sits at the point of the last resize,
+//! because text written before it was laid out for another size. A terminal whose snapshot
+//! starts at the beginning of its stream (or of its last `terminal/cleared`) needs no prefix
+//! and gets its content as it is.
+//!
+//! Cursor position reports are answered from a model advanced to the query's point (from the
+//! latest frozen state before it, so a program that asks at every prompt costs only the text
+//! in between). Replies to later queries wait behind an unanswered cursor report, so every
+//! program gets its replies in the order it asked.
+//!
+//! Everything here runs under the host lock and is bounded (copies of at most the retained
+//! content); the emulation runs in [`run`], on the blocking pool.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use ahp_types::state::{TerminalContentPart, TerminalState, TerminalUnclassifiedPart};
+use tokio::sync::Notify;
+
+use super::{scrollback, Host};
+use crate::terminal::model::{self, Frozen, Model, Reply};
+use crate::terminal::PtyProcess;
+
+/// The model moves up once the content a snapshot retains starts this many bytes past it, or
+/// a quarter of `--scrollback-bytes` if that is less (so a snapshot carries at most that much
+/// more raw text than `--scrollback-bytes`, while the model keeps up).
+pub const ADVANCE_BYTES: u64 = 64 * 1024;
+
+fn advance_bytes(cap: usize) -> u64 {
+    (cap as u64 / 4).clamp(1, ADVANCE_BYTES)
+}
+
+/// Text trimmed off the content that the model has not reached, above which the terminal's
+/// output waits for the model (bytes).
+pub const MAX_PENDING_BYTES: usize = 8 * 1024 * 1024;
+
+/// Most resizes remembered between the model and the live stream (older ones are applied to
+/// the model at the first remembered one's point).
+const MAX_RESIZES: usize = 256;
+
+/// A resize of the pty at a point of the stream the model has not reached.
+#[derive(Debug, Clone, Copy)]
+struct Resize {
+    at: u64,
+    cols: u16,
+    rows: u16,
+}
+
+/// One terminal's screen bookkeeping (see the module docs).
+pub(super) struct Screen {
+    /// Offset of the first byte of the in-memory content.
+    head: u64,
+    /// Offset after its last byte.
+    tail: u64,
+    /// Offset of the last `terminal/cleared`: nothing before it is shown to a late subscriber.
+    floor: u64,
+    /// The model's state at `base_at`.
+    base: Arc<Frozen>,
+    base_at: u64,
+    /// The model's state at the last answered cursor report (a starting point for the next).
+    probe: Option<(u64, Arc<Frozen>)>,
+    /// Text trimmed or cleared off the content from `base_at` on: (offset, text), contiguous.
+    pending: VecDeque<(u64, String)>,
+    pending_bytes: usize,
+    /// Resizes after `base_at`, in order.
+    resizes: VecDeque<Resize>,
+    /// The repaint at the last resize (preamble + the model's state there), once computed.
+    repaint: Option<(u64, Arc<String>)>,
+    /// Replies waiting behind an unanswered cursor report, in query order, with the offset
+    /// each query was at.
+    replies: VecDeque<(u64, Reply)>,
+    /// The current size.
+    cols: u16,
+    rows: u16,
+    /// Wakes the terminal's model task; also signalled when the model caught up.
+    wake: Arc<Notify>,
+    /// Signalled when pending text went below [`MAX_PENDING_BYTES`].
+    caught_up: Arc<Notify>,
+}
+
+impl Drop for Screen {
+    fn drop(&mut self) {
+        // Lets the model task see that its terminal is gone.
+        self.wake.notify_one();
+    }
+}
+
+/// What the model task is asked to compute, taken under the lock.
+struct Job {
+    start_at: u64,
+    start: Arc<Frozen>,
+    text: String,
+    resizes: Vec<Resize>,
+    /// Move the base here.
+    advance: Option<u64>,
+    /// Answer the first waiting cursor report, at this offset.
+    cursor: Option<(u64, bool)>,
+    /// Compute the repaint at the last resize.
+    repaint: Option<u64>,
+    cols: u16,
+}
+
+/// What it computed.
+struct Done {
+    base: Option<(u64, Arc<Frozen>)>,
+    cursor: Option<(u64, Vec<u8>, Arc<Frozen>)>,
+    repaint: Option<(u64, Arc<String>)>,
+}
+
+/// Bytes of client-visible text in a part.
+fn text_of(part: &TerminalContentPart) -> &str {
+    match part {
+        TerminalContentPart::Unclassified(u) => &u.value,
+        TerminalContentPart::Command(c) => &c.output,
+        TerminalContentPart::Unknown(_) => "",
+    }
+}
+
+impl Screen {
+    pub(super) fn new(cols: u16, rows: u16) -> Screen {
+        Screen {
+            head: 0,
+            tail: 0,
+            floor: 0,
+            base: Arc::new(Frozen::fresh(cols, rows)),
+            base_at: 0,
+            probe: None,
+            pending: VecDeque::new(),
+            pending_bytes: 0,
+            resizes: VecDeque::new(),
+            repaint: None,
+            replies: VecDeque::new(),
+            cols,
+            rows,
+            wake: Arc::new(Notify::new()),
+            caught_up: Arc::new(Notify::new()),
+        }
+    }
+
+    /// Offset after the last byte of output.
+    pub(super) fn tail(&self) -> u64 {
+        self.tail
+    }
+
+    /// The model task's wake-up.
+    pub(super) fn wake(&self) -> Arc<Notify> {
+        self.wake.clone()
+    }
+
+    /// `bytes` of output text were appended to the content (`cap` is `--scrollback-bytes`).
+    pub(super) fn appended(&mut self, bytes: usize, cap: usize) {
+        self.tail += bytes as u64;
+        if self.tail - self.base_at >= cap as u64 + advance_bytes(cap) {
+            self.wake.notify_one();
+        }
+    }
+
+    /// Text offset of content position (`parts` whole leading parts, then `cut` bytes).
+    fn offset_of(&self, state: &TerminalState, parts: usize, cut: usize) -> u64 {
+        let whole: usize = state.content[..parts]
+            .iter()
+            .map(|p| text_of(p).len())
+            .sum();
+        self.head + (whole + cut) as u64
+    }
+
+    /// Called before the content is trimmed to `cap`: keeps what the trim removes and the
+    /// model has not reached.
+    pub(super) fn before_trim(&mut self, state: &TerminalState, cap: usize) {
+        let (parts, cut) = scrollback::retained_start(state, cap);
+        let new_head = self.offset_of(state, parts, cut);
+        self.keep(state, new_head);
+    }
+
+    /// Called before the content is cleared (`terminal/cleared`).
+    pub(super) fn before_clear(&mut self, state: &TerminalState) {
+        self.keep(state, self.tail);
+        self.floor = self.tail;
+    }
+
+    /// Moves the head to `new_head`, keeping the removed text the model still needs.
+    fn keep(&mut self, state: &TerminalState, new_head: u64) {
+        if self.base_at < new_head {
+            let from = self.base_at.max(self.head);
+            let text = self.copy_content(state, from, new_head);
+            if !text.is_empty() {
+                self.pending_bytes += text.len();
+                self.pending.push_back((from, text));
+            }
+            self.wake.notify_one();
+        }
+        self.head = new_head;
+    }
+
+    /// The content's text between two offsets within it.
+    fn copy_content(&self, state: &TerminalState, from: u64, to: u64) -> String {
+        let mut out = String::with_capacity(to.saturating_sub(from) as usize);
+        let mut at = self.head;
+        for part in &state.content {
+            let text = text_of(part);
+            let end = at + text.len() as u64;
+            if end > from && at < to {
+                let a = from.saturating_sub(at) as usize;
+                let b = (to.min(end) - at) as usize;
+                out.push_str(text.get(a..b).unwrap_or_default());
+            }
+            at = end;
+            if at >= to {
+                break;
+            }
+        }
+        out
+    }
+
+    /// Pending text from `from` on.
+    fn copy_pending(&self, from: u64, to: u64) -> String {
+        let mut out = String::new();
+        for (at, text) in &self.pending {
+            let end = at + text.len() as u64;
+            if end > from && *at < to {
+                let a = from.saturating_sub(*at) as usize;
+                let b = (to.min(end) - at) as usize;
+                out.push_str(text.get(a..b).unwrap_or_default());
+            }
+        }
+        out
+    }
+
+    /// The pty was resized (after all output appended so far).
+    pub(super) fn resized(&mut self, cols: u16, rows: u16) {
+        if (cols, rows) == (self.cols, self.rows) {
+            return;
+        }
+        self.cols = cols;
+        self.rows = rows;
+        if self.resizes.back().is_some_and(|r| r.at == self.tail) {
+            self.resizes.pop_back();
+        }
+        if self.resizes.len() >= MAX_RESIZES {
+            self.resizes.pop_front();
+        }
+        self.resizes.push_back(Resize {
+            at: self.tail,
+            cols,
+            rows,
+        });
+        self.repaint = None;
+        self.wake.notify_one();
+    }
+
+    /// Handles the replies to queries found in output just appended: `at` is each query's
+    /// offset. Replies that need no model are written at once unless a cursor report is
+    /// still being computed (then they wait their turn).
+    pub(super) fn queries(&mut self, replies: Vec<(u64, Reply)>, process: &PtyProcess) {
+        for (at, reply) in replies {
+            if self.replies.is_empty() && !matches!(reply, Reply::CursorPosition { .. }) {
+                self.write_reply(&reply, process);
+            } else {
+                self.replies.push_back((at, reply));
+                self.wake.notify_one();
+            }
+        }
+    }
+
+    fn write_reply(&self, reply: &Reply, process: &PtyProcess) {
+        let bytes = match reply {
+            Reply::Bytes(b) => b.clone(),
+            Reply::WindowSize { op } => {
+                format!("\x1b[{};{};{}t", op - 10, self.rows, self.cols).into_bytes()
+            }
+            // Answered by the model task.
+            Reply::CursorPosition { .. } => return,
+        };
+        // Only the pty vanishing can fail, and then nobody waits for the answer.
+        let _ = process.write(bytes);
+    }
+
+    /// The waiting pending text's wake-up when the terminal's output must wait for the model
+    /// to catch up (see [`MAX_PENDING_BYTES`]).
+    pub(super) fn backlog(&self) -> Option<Arc<Notify>> {
+        (self.pending_bytes > MAX_PENDING_BYTES).then(|| self.caught_up.clone())
+    }
+
+    /// The content of a snapshot of `state` (`cap` is `--scrollback-bytes`): see the module
+    /// docs. The parts after the synthesized one are exactly what a trim to `cap` keeps (or
+    /// less, when the model has moved past the start of that).
+    pub(super) fn snapshot_content(
+        &self,
+        state: &TerminalState,
+        cap: usize,
+    ) -> Vec<TerminalContentPart> {
+        let (parts, cut) = scrollback::retained_start(state, cap);
+        // The synthesized part rebuilds the state at `from`, then replays the text up to
+        // `start`, where the retained parts begin.
+        let from = self.base_at.max(self.floor);
+        let start = self.offset_of(state, parts, cut).max(from).max(self.head);
+        if start == self.floor {
+            // Everything since the stream's start (or the last clear) is retained.
+            return state.content.clone();
+        }
+        let mut lead = model::preamble(self.cols);
+        if self.base_at > self.floor {
+            lead.push_str(self.base.client());
+        }
+        let mut gap = self.copy_pending(from, self.head.min(start));
+        gap.push_str(&self.copy_content(state, from.max(self.head), start));
+        let repaint = self.repaint.as_ref().filter(|(at, _)| *at >= from);
+        if let Some((r, text)) = repaint {
+            if *r < start {
+                insert_at(&mut gap, (*r - from) as usize, text);
+            }
+        }
+        lead.push_str(&gap);
+        let mut out = Vec::with_capacity(state.content.len() + 1 - parts.min(state.content.len()));
+        let mut at = self.head;
+        let last = state.content.len().saturating_sub(1);
+        for (i, part) in state.content.iter().enumerate() {
+            let text = text_of(part);
+            let end = at + text.len() as u64;
+            let running = matches!(part, TerminalContentPart::Command(c) if !c.is_complete);
+            // Parts wholly before the start are left out, except a running command (later
+            // output and its end refer to it).
+            if (end < start || (at < start && end == start)) && !running {
+                at = end;
+                continue;
+            }
+            let from_here = at.max(start);
+            let mut kept = text
+                .get((from_here - at) as usize..)
+                .unwrap_or_default()
+                .to_string();
+            if let Some((r, text)) = repaint {
+                // At a part boundary the repaint goes with the text that follows it, or into
+                // the last part when nothing follows.
+                if *r >= from_here && (*r < end || (*r == end && i == last)) {
+                    insert_at(&mut kept, (*r - from_here) as usize, text);
+                }
+            }
+            out.push(with_text(part, kept));
+            at = end;
+        }
+        if let Some((r, text)) = repaint {
+            if out.is_empty() && *r >= start {
+                lead.push_str(text);
+            }
+        }
+        out.insert(
+            0,
+            TerminalContentPart::Unclassified(TerminalUnclassifiedPart { value: lead }),
+        );
+        out
+    }
+
+    /// Takes the next job, if there is one (under the lock).
+    fn job(&mut self, state: &TerminalState, cap: usize) -> Option<Job> {
+        let cursor = match self.replies.front() {
+            Some((at, Reply::CursorPosition { extended })) => Some((*at, *extended)),
+            _ => None,
+        };
+        let (parts, cut) = scrollback::retained_start(state, cap);
+        let mut target = self.offset_of(state, parts, cut).max(self.head);
+        if let Some((q, _)) = cursor {
+            // Never past a query still to answer: its starting point must stay behind it.
+            target = target.min(q);
+        }
+        let advance = (target > self.base_at
+            && (target - self.base_at >= advance_bytes(cap)
+                || !self.pending.is_empty()
+                || self.resizes.front().is_some_and(|r| r.at <= target)))
+        .then_some(target);
+        let repaint = match (self.resizes.back(), &self.repaint) {
+            (Some(r), None) if r.at > advance.unwrap_or(self.base_at) => Some(r.at),
+            _ => None,
+        };
+        if advance.is_none() && cursor.is_none() && repaint.is_none() {
+            return None;
+        }
+        let first = [advance, cursor.map(|c| c.0), repaint]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(self.base_at);
+        let last = [advance, cursor.map(|c| c.0), repaint]
+            .into_iter()
+            .flatten()
+            .max()
+            .unwrap_or(self.base_at);
+        let (start_at, start) = match &self.probe {
+            Some((at, f)) if *at <= first && *at >= self.base_at => (*at, f.clone()),
+            _ => (self.base_at, self.base.clone()),
+        };
+        let mut text = self.copy_pending(start_at, self.head.min(last));
+        text.push_str(&self.copy_content(state, start_at.max(self.head), last));
+        Some(Job {
+            start_at,
+            start,
+            text,
+            resizes: self
+                .resizes
+                .iter()
+                .filter(|r| r.at > start_at && r.at <= last)
+                .copied()
+                .collect(),
+            advance,
+            cursor,
+            repaint,
+            cols: self.cols,
+        })
+    }
+
+    /// Publishes a job's results (under the lock). Offsets only grow, so a result computed
+    /// while more output arrived is still right for the point it was computed at.
+    fn publish(&mut self, done: Done, process: &PtyProcess) {
+        if let Some((at, frozen)) = done.base.clone() {
+            self.advance_to(at, frozen);
+        }
+        self.publish_rest(done, process);
+    }
+
+    /// Moves the model to `at`, in the state `frozen`, and lets go of what it no longer needs.
+    fn advance_to(&mut self, at: u64, frozen: Arc<Frozen>) {
+        self.base = frozen;
+        self.base_at = at;
+        while let Some((start, text)) = self.pending.front_mut() {
+            let end = *start + text.len() as u64;
+            if end <= at {
+                self.pending_bytes -= text.len();
+                self.pending.pop_front();
+            } else {
+                if *start < at {
+                    let cut = (at - *start) as usize;
+                    if text.is_char_boundary(cut) {
+                        self.pending_bytes -= cut;
+                        text.drain(..cut);
+                        *start = at;
+                    }
+                }
+                break;
+            }
+        }
+        while self.resizes.front().is_some_and(|r| r.at <= at) {
+            self.resizes.pop_front();
+        }
+        if self.probe.as_ref().is_some_and(|(p, _)| *p < at) {
+            self.probe = None;
+        }
+        if self.resizes.is_empty() {
+            self.repaint = None;
+        }
+        if self.pending_bytes <= MAX_PENDING_BYTES {
+            self.caught_up.notify_waiters();
+        }
+    }
+
+    /// Publishes a job's repaint and cursor report.
+    fn publish_rest(&mut self, done: Done, process: &PtyProcess) {
+        if let Some(repaint) = done.repaint {
+            if self.resizes.back().is_some_and(|r| r.at == repaint.0) {
+                self.repaint = Some(repaint);
+            }
+        }
+        if let Some((at, bytes, frozen)) = done.cursor {
+            if matches!(self.replies.front(), Some((q, Reply::CursorPosition { .. })) if *q == at) {
+                self.replies.pop_front();
+                let _ = process.write(bytes);
+                if at >= self.base_at {
+                    self.probe = Some((at, frozen));
+                }
+                while let Some((_, reply)) = self.replies.front() {
+                    if matches!(reply, Reply::CursorPosition { .. }) {
+                        break;
+                    }
+                    if let Some((_, reply)) = self.replies.pop_front() {
+                        self.write_reply(&reply, process);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Inserts `text` into `s` at byte `i` (where every offset the host records lies: on a
+/// character boundary).
+fn insert_at(s: &mut String, i: usize, text: &str) {
+    if s.is_char_boundary(i) {
+        s.insert_str(i, text);
+    }
+}
+
+/// The part `part` with its text replaced by `text`.
+fn with_text(part: &TerminalContentPart, text: String) -> TerminalContentPart {
+    match part {
+        TerminalContentPart::Unclassified(_) => {
+            TerminalContentPart::Unclassified(TerminalUnclassifiedPart { value: text })
+        }
+        TerminalContentPart::Command(c) => {
+            let mut c = c.clone();
+            c.output = text;
+            TerminalContentPart::Command(c)
+        }
+        other => other.clone(),
+    }
+}
+
+/// Runs a job (off the lock).
+fn compute(job: Job) -> Done {
+    let mut m = Model::thaw(&job.start);
+    let mut pos = job.start_at;
+    let mut done = Done {
+        base: None,
+        cursor: None,
+        repaint: None,
+    };
+    // Points of interest in stream order; at one offset a resize comes first (it was applied
+    // after the output before it, and queries found later are answered after it).
+    enum Step {
+        Resize(u16, u16),
+        Advance,
+        Cursor(bool),
+        Repaint,
+    }
+    let mut steps: Vec<(u64, u8, Step)> = job
+        .resizes
+        .iter()
+        .map(|r| (r.at, 0, Step::Resize(r.cols, r.rows)))
+        .collect();
+    if let Some(a) = job.advance {
+        steps.push((a, 1, Step::Advance));
+    }
+    if let Some((q, ext)) = job.cursor {
+        steps.push((q, 2, Step::Cursor(ext)));
+    }
+    if let Some(r) = job.repaint {
+        steps.push((r, 3, Step::Repaint));
+    }
+    steps.sort_by_key(|(at, order, _)| (*at, *order));
+    for (at, _, step) in steps {
+        let a = (pos - job.start_at) as usize;
+        let b = (at - job.start_at) as usize;
+        if let Some(text) = job.text.get(a..b) {
+            m.feed(text);
+        }
+        pos = at;
+        match step {
+            Step::Resize(cols, rows) => m.resize(cols, rows),
+            Step::Advance => done.base = Some((at, Arc::new(m.freeze()))),
+            Step::Cursor(ext) => {
+                done.cursor = Some((at, m.cursor_report(ext), Arc::new(m.freeze())));
+            }
+            Step::Repaint => {
+                let mut text = model::preamble(job.cols);
+                text.push_str(m.freeze().client());
+                done.repaint = Some((at, Arc::new(text)));
+            }
+        }
+    }
+    done
+}
+
+/// The model task of terminal `id` at `uri`: runs jobs as they come, until the terminal is
+/// gone.
+pub(super) async fn run(host: Arc<Host>, uri: String, id: u64, wake: Arc<Notify>) {
+    loop {
+        let job = {
+            let mut inner = host.lock();
+            let cap = inner.scrollback_bytes;
+            let Some(t) = inner.terminals.get_mut(&uri).filter(|t| t.id == id) else {
+                return;
+            };
+            t.screen.job(&t.state, cap)
+        };
+        let Some(job) = job else {
+            wake.notified().await;
+            continue;
+        };
+        let Ok(done) = tokio::task::spawn_blocking(move || compute(job)).await else {
+            return;
+        };
+        let mut inner = host.lock();
+        let Some(t) = inner.terminals.get_mut(&uri).filter(|t| t.id == id) else {
+            return;
+        };
+        let process = t.process.clone();
+        t.screen.publish(done, &process);
+    }
+}
