@@ -880,11 +880,13 @@ Examples:
   t=$(ahpty new) && ahpty send \"$t\" 'make' --enter";
 
 const SEND_ABOUT: &str = "Type TEXT into a terminal, exactly as given (add --enter for the \
-Return key). Fails when the daemon rejects the input (e.g. the terminal has exited).
+Return key); TEXT `-` reads the text from stdin. Fails when the daemon rejects the input \
+(e.g. the terminal has exited).
 
 Examples:
   ahpty send build 'make test' --enter
-  ahpty send 3 $'\\x03'        # Ctrl-C";
+  ahpty send 3 $'\\x03'        # Ctrl-C
+  ahpty send build - < commands.txt";
 
 const RUN_ABOUT: &str = "Run CMD ARG... in a fresh terminal (a real pty, the daemon's shell \
 environment) and exit with its exit status, like running it here: stdout gets the command's \
@@ -892,8 +894,10 @@ output (stdout and stderr, which share the terminal) and nothing else — no pro
 command line. The arguments are passed as they are, without a shell: quote for your own shell \
 only. The terminal is disposed of afterwards unless --keep.
 
-Ctrl-C is passed on to the command. A command killed by signal N exits with 128+N; 127 means \
-the program was not found.
+stdin is typed into the terminal as it comes (like `ssh host cmd`), and its end is sent as \
+Ctrl-D: with stdin from /dev/null a program that reads gets EOF at once. Ctrl-C is passed on \
+to the command. A command killed by signal N exits with 128+N; 127 means the program was not \
+found. With --keep, the kept terminal's number and URI are printed on stderr.
 
 Examples:
   ahpty run -- make test
@@ -991,7 +995,8 @@ struct NewArgs {
 struct SendArgs {
     #[arg(value_name = "TERMINAL", help = TERMINAL_HELP)]
     terminal: String,
-    /// The text to type, sent as it is (escape sequences and control characters included).
+    /// The text to type, sent as it is (escape sequences and control characters included);
+    /// `-` reads it from stdin (any size).
     #[arg(value_name = "TEXT", allow_hyphen_values = true)]
     text: String,
     /// Press Return after the text (a carriage return, "\r").

@@ -599,3 +599,31 @@ fn settings_mistakes_are_named_precisely() {
     let help = run_cli(cli_command(home.path(), &["serve", "--help"]), CLI_TIMEOUT);
     assert!(help.stdout.contains("[default: 24h]"), "{}", help.stdout);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn send_dash_types_stdin_of_any_size() {
+    let d = Daemon::start();
+    let t = cli(d.cli(&["new", "--name", "typed"])).await;
+    assert_eq!(t.code, Some(0), "{t:?}");
+    let uri = t.stdout.trim().to_string();
+    let mut watcher = Ahp::connect(&d.url(), "watcher", &[]).await;
+    watcher.subscribe(&uri).await.expect("subscribe");
+    // 40 kB of text (a here-document of 400 lines; more than one input action carries).
+    let lines = format!("{}\n", "z".repeat(99)).repeat(400);
+    let text = format!("cat > /dev/null <<'EOF'\n{lines}EOF\necho sent-$((6*7))\n");
+    let out = cli_with_stdin(d.cli(&["send", "typed", "-"]), text.into_bytes()).await;
+    assert_eq!(out.code, Some(0), "{out:?}");
+    // bash's line editor takes its time over 400 lines on a loaded machine.
+    watcher
+        .wait_data(&uri, "sent-42", Duration::from_secs(60))
+        .await;
+    let inputs: usize = watcher
+        .log
+        .iter()
+        .filter_map(|e| match &e.action {
+            StateAction::TerminalInput(i) => Some(i.data.len()),
+            _ => None,
+        })
+        .sum();
+    assert!(inputs > 40_000, "{inputs} bytes of input seen");
+}
