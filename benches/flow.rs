@@ -1,19 +1,22 @@
 //! Flow-control benchmarks for ahpty (not run by `cargo test`): throughput and CPU per MB
 //! against a raw pty, echo latency, memory under a stalled flood and per idle terminal, a fast
 //! viewer beside a stalled one, fan-out (with and without a stalled viewer), CPU with many
-//! chatty terminals and with many paused ones, and what the terminal model costs (throughput
-//! of escape-heavy output, snapshot time, idle memory). Results and how to read them:
+//! chatty terminals and with many paused ones, what the terminal model costs (throughput
+//! of escape-heavy output, snapshot time, idle memory) and what the transcript store costs
+//! (throughput, CPU and disk bytes with persistence on and off). Results and how to read them:
 //! docs/performance.md.
 //!
 //! ```text
 //! cargo bench --bench flow                      # everything
-//! cargo bench --bench flow -- throughput latency memory idle stalled fanout scale paused model
+//! cargo bench --bench flow -- throughput latency memory idle stalled fanout scale paused model persist
 //! ```
 //! Environment: `FLOW_BENCH_FILE_MIB` (default 256), `FLOW_BENCH_STALL_SECS` (60),
 //! `FLOW_BENCH_STALLED_SECS` (60), `FLOW_BENCH_IDLE_TERMINALS` (100), `FLOW_BENCH_FANOUT` (32),
 //! `FLOW_BENCH_SCALE` (256), `FLOW_BENCH_PAUSED` (256), `FLOW_BENCH_MODEL_MIB` (64),
-//! `FLOW_BENCH_MODEL_TERMINALS` (50). Each benchmark prints the daemon's pid
-//! on stderr (`daemon pid N: …`), so a profiler can be attached to it.
+//! `FLOW_BENCH_MODEL_TERMINALS` (50), `FLOW_BENCH_PERSIST_CHATTY` (64). Each benchmark prints
+//! the daemon's pid on stderr (`daemon pid N: …`), so a profiler can be attached to it. The
+//! daemons run with their default settings, so with transcripts on, in the benchmark's
+//! temporary `$HOME`, unless a case says otherwise.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -988,6 +991,141 @@ async fn scale() {
     );
 }
 
+// ─── persistence ─────────────────────────────────────────────────────────────
+
+/// What the daemon `pid` wrote: bytes its threads caused to be sent to storage
+/// (`/proc/PID/io` `write_bytes`, counted when a page is dirtied), and bytes its `ahpty-store`
+/// thread passed to `write(2)` (`wchar` of that thread).
+fn disk_writes(pid: u32) -> (u64, u64) {
+    let field = |text: &str, name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let io = std::fs::read_to_string(format!("/proc/{pid}/io")).unwrap_or_default();
+    let mut store = 0;
+    if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        for t in tasks.flatten() {
+            let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+            if comm.trim() == "ahpty-store" {
+                let io = std::fs::read_to_string(t.path().join("io")).unwrap_or_default();
+                store += field(&io, "wchar:");
+            }
+        }
+    }
+    (field(&io, "write_bytes:"), store)
+}
+
+/// Bytes of the transcripts under a daemon's `$HOME` (the harness's XDG_STATE_HOME).
+fn transcript_bytes(home: &std::path::Path) -> u64 {
+    std::fs::read_dir(home.join(".state/ahpty/terminals"))
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.metadata().ok())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// The transcript store's cost: a `cat` flood with persistence off and on against the raw pty
+/// in the same round, then many chatty terminals with it off and on.
+async fn persist() {
+    let size = env_num("FLOW_BENCH_FILE_MIB", 256);
+    let dir = tempfile::tempdir().unwrap();
+    let file = make_file(dir.path(), size);
+    let path = file.to_str().unwrap().to_string();
+    println!("\n## persist: `cat` of a {size} MiB file, transcripts off and on\n");
+    println!(
+        "| run | MB/s | ratio to raw pty | daemon CPU ms per MB (user + sys) | store `write` bytes per MB | storage bytes per MB (`write_bytes`) | transcript on disk |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    for round in 0..2 {
+        let (raw_bytes, _, raw_t) = raw_pty_read(&["cat", &path]);
+        let raw = mb_per_s(raw_bytes, raw_t);
+        println!("| raw pty #{round} | {raw:.1} | 1.00 | | | | |");
+        for on in [false, true] {
+            let mut args = vec!["--no-shell-integration"];
+            if !on {
+                args.push("--no-persist");
+            }
+            let d = Daemon::start_with(&args);
+            announce(&d, &format!("persist #{round}, transcripts {on}"));
+            let (mut c, _) = Lean::connect_init(d.addr(), "pe", None).await;
+            c.keep_tail = Some(4096);
+            let t = terminal(&mut c, "pe", false).await;
+            let before = c.data_len.get(&t).copied().unwrap_or(0);
+            let (u0, s0) = cpu_secs(d.pid());
+            let (w0, st0) = disk_writes(d.pid());
+            let t0 = Instant::now();
+            c.input(&t, &format!("cat {path}; echo pe-end-$((40+2))\r"))
+                .await;
+            c.wait_data(&t, "pe-end-42", Duration::from_secs(600)).await;
+            let el = t0.elapsed();
+            let (u1, s1) = cpu_secs(d.pid());
+            // The last batch and its sync are at most 1.1 s behind.
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            let (w1, st1) = disk_writes(d.pid());
+            let bytes = (c.data_len[&t] - before) as u64;
+            let mb = bytes as f64 / 1e6;
+            let rate = mb_per_s(bytes, el);
+            println!(
+                "| ahpty #{round}, transcripts {} | {rate:.1} | **{:.2}** | **{:.2}** ({:.2} + {:.2}) | **{:.0}** | {:.0} | {:.2} MiB |",
+                if on { "on" } else { "off" },
+                rate / raw,
+                (u1 - u0 + s1 - s0) * 1e3 / mb,
+                (u1 - u0) * 1e3 / mb,
+                (s1 - s0) * 1e3 / mb,
+                (st1 - st0) as f64 / mb,
+                (w1 - w0) as f64 / mb,
+                mib(transcript_bytes(d.home())),
+            );
+        }
+    }
+    let n = env_num("FLOW_BENCH_PERSIST_CHATTY", 64) as usize;
+    let window = Duration::from_secs(10);
+    println!(
+        "\n{n} terminals printing a 64-character line every 100 ms, one client subscribed to all, {} s:\n",
+        window.as_secs()
+    );
+    println!("| transcripts | daemon CPU (% of one core; user + sys) | store `write` bytes per s | storage bytes per s |");
+    println!("|---|---|---|---|");
+    for on in [false, true] {
+        let mut args = vec!["--no-shell-integration"];
+        if !on {
+            args.push("--no-persist");
+        }
+        let d = Daemon::start_with(&args);
+        announce(&d, &format!("persist chatty, transcripts {on}"));
+        let (mut c, _) = Lean::connect_init(d.addr(), "pc", None).await;
+        let uris = many_terminals(&mut c, "pc", n).await;
+        for t in &uris {
+            c.input(
+                t,
+                "while :; do echo 'a line of chatty output, like a build log or a dev server, 70 b'; read -t 0.1; done\r",
+            )
+            .await;
+        }
+        c.drain_for(Duration::from_secs(2)).await;
+        let (u0, s0) = cpu_secs(d.pid());
+        let (w0, st0) = disk_writes(d.pid());
+        c.drain_for(window).await;
+        let (u1, s1) = cpu_secs(d.pid());
+        let (w1, st1) = disk_writes(d.pid());
+        let secs = window.as_secs_f64();
+        println!(
+            "| {} | **{:.1} %** ({:.1} + {:.1}) | {:.0} | {:.0} |",
+            if on { "on" } else { "off" },
+            (u1 - u0 + s1 - s0) / secs * 100.0,
+            (u1 - u0) / secs * 100.0,
+            (s1 - s0) / secs * 100.0,
+            (st1 - st0) as f64 / secs,
+            (w1 - w0) as f64 / secs,
+        );
+    }
+}
+
 // ─── paused terminals ────────────────────────────────────────────────────────
 
 /// Many terminals flooding with `yes` whose one subscriber never reads: every terminal is
@@ -1062,6 +1200,7 @@ fn main() {
         "scale",
         "paused",
         "model",
+        "persist",
     ];
     let run: Vec<&str> = if wanted.is_empty() {
         all.to_vec()
@@ -1097,6 +1236,7 @@ fn main() {
                 "scale" => scale().await,
                 "paused" => paused().await,
                 "model" => model().await,
+                "persist" => persist().await,
                 _ => unreachable!(),
             }
         }

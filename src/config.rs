@@ -27,6 +27,15 @@ pub const DEFAULT_SCROLLBACK_BYTES: usize = 1024 * 1024;
 /// Default retained envelopes per terminal for `reconnect` replay, in bytes of encoded JSON.
 pub const DEFAULT_HISTORY_BYTES: usize = 4 * 1024 * 1024;
 
+/// Default most bytes of transcripts kept in the state directory (256 MiB).
+pub const DEFAULT_PERSIST_MAX_BYTES: usize = 256 * 1024 * 1024;
+
+/// Smallest `persist_max_bytes` (1 MiB); smaller values are raised to it.
+pub const MIN_PERSIST_BYTES: usize = 1024 * 1024;
+
+/// Default age after which an untouched transcript is deleted at start: 7 days.
+pub const DEFAULT_PERSIST_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 60 * 60);
+
 /// Default time between SIGHUP and SIGKILL when a terminal is disposed.
 pub const DEFAULT_KILL_GRACE: Duration = Duration::from_millis(500);
 
@@ -371,6 +380,21 @@ settings! {
     scrollback_bytes: usize = DEFAULT_SCROLLBACK_BYTES, limit |v| at_least(*v, MIN_BUFFER_BYTES);
     /// Retained envelopes per terminal for `reconnect` replay, in bytes (at least 1024).
     history_bytes: usize = DEFAULT_HISTORY_BYTES, limit |v| at_least(*v, MIN_BUFFER_BYTES);
+    /// Directory of the transcripts (each terminal's retained output and metadata, kept across
+    /// restarts and crashes) and of the serverSeq high-water mark; created with mode 0700 and
+    /// used by one daemon at a time [default: $XDG_STATE_HOME/ahpty, else
+    /// ~/.local/state/ahpty].
+    state_dir: Option<PathBuf> = None, limit any;
+    /// Keep no transcripts: nothing is written to the state directory, terminals do not come
+    /// back after a restart, and serverSeq starts from the clock.
+    no_persist: bool = false, limit any;
+    /// Most bytes of transcripts on disk (at least 1 MiB): past it the transcripts of exited
+    /// terminals are deleted, least recently written first; running terminals keep theirs.
+    persist_max_bytes: usize = DEFAULT_PERSIST_MAX_BYTES, limit |v| at_least(*v, MIN_PERSIST_BYTES);
+    /// Delete the transcripts nothing was written to for this long (e.g. 7d, 12h): at start,
+    /// and while running those of exited terminals (checked every minute); 0 keeps them
+    /// whatever their age.
+    persist_max_age: Duration = DEFAULT_PERSIST_MAX_AGE, limit any;
     /// Time between SIGHUP and SIGKILL when a terminal is disposed (e.g. 500ms, 2s).
     kill_grace: Duration = DEFAULT_KILL_GRACE, limit any;
     /// Dispose a terminal once its claim holder has had no connection for this long (e.g.
@@ -1304,6 +1328,8 @@ impl Settings {
                 self.no_socket.origin
             )));
         }
+        let (persist, persist_warning) = self.persist_plan()?;
+        warnings.extend(persist_warning);
         let mut listen = self.listen.value;
         let socket = (!self.no_socket.value).then(|| {
             self.socket
@@ -1341,9 +1367,70 @@ impl Settings {
             max_subscriptions: self.max_subscriptions.value,
             agent_env: agent_env(!self.no_agent_env.value, &self.agent_env.value),
             report_colors: self.report_colors.value,
+            persist,
         };
         Ok((config, warnings))
     }
+}
+
+impl Settings {
+    /// Where transcripts go: `None` with `no_persist`, or without a `$HOME` to put the default
+    /// directory in (then with a warning). `state_dir` given by a source at least as strong as
+    /// the one setting `no_persist` contradicts it; from a weaker one (e.g. the file, under a
+    /// `--no-persist` flag) it is overridden.
+    fn persist_plan(&self) -> Result<(Option<Persist>, Option<String>), ConfigError> {
+        let dir = &self.state_dir;
+        if self.no_persist.value {
+            if let Some(path) = &dir.value {
+                if dir.origin.rank() >= self.no_persist.origin.rank() {
+                    return Err(ConfigError::Invalid(format!(
+                        "{} contradicts no_persist ({}): drop one of them",
+                        dir.origin
+                            .naming("state_dir", &Some(path.clone()).to_toml()),
+                        self.no_persist.origin
+                    )));
+                }
+            }
+            return Ok((None, None));
+        }
+        let (path, explicit) = match &dir.value {
+            Some(p) => (Some(p.clone()), true),
+            None => (default_state_dir(&|k| std::env::var_os(k)), false),
+        };
+        let Some(dir) = path else {
+            return Ok((
+                None,
+                Some(
+                    "neither $XDG_STATE_HOME nor $HOME is set: transcripts are not kept (give \
+                     --state-dir DIR, or --no-persist to silence this)"
+                        .into(),
+                ),
+            ));
+        };
+        let nonzero = |d: Duration| (!d.is_zero()).then_some(d);
+        Ok((
+            Some(Persist {
+                dir,
+                explicit,
+                max_bytes: self.persist_max_bytes.value as u64,
+                max_age: nonzero(self.persist_max_age.value),
+            }),
+            None,
+        ))
+    }
+}
+
+/// The default state directory: `$XDG_STATE_HOME/ahpty` (an absolute `XDG_STATE_HOME`
+/// only), else `$HOME/.local/state/ahpty`; `None` without either.
+pub fn default_state_dir(get: &dyn Fn(&str) -> Option<OsString>) -> Option<PathBuf> {
+    if let Some(dir) = get("XDG_STATE_HOME").map(PathBuf::from) {
+        if dir.is_absolute() {
+            return Some(dir.join("ahpty"));
+        }
+    }
+    let home = get("HOME").map(PathBuf::from)?;
+    home.is_absolute()
+        .then(|| home.join(".local").join("state").join("ahpty"))
 }
 
 // ─── Runtime types ──────────────────────────────────────────────────────────────────────
@@ -1457,6 +1544,22 @@ pub struct TlsFiles {
     pub key: PathBuf,
 }
 
+/// Where and how much the daemon keeps of its terminals across restarts (the transcript
+/// store, docs/store.md).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Persist {
+    /// The state directory (created with mode 0700).
+    pub dir: PathBuf,
+    /// Whether `state_dir` named it (then a directory that cannot be used stops the daemon;
+    /// the default one only costs a warning).
+    pub explicit: bool,
+    /// Most bytes of transcripts on disk.
+    pub max_bytes: u64,
+    /// Transcripts untouched this long are deleted at start, and exited terminals' while
+    /// running; `None`: no age limit.
+    pub max_age: Option<Duration>,
+}
+
 /// Daemon settings.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -1514,6 +1617,9 @@ pub struct Config {
     pub agent_env: Vec<(String, String)>,
     /// The colours OSC 10/11/12 queries are answered with.
     pub report_colors: ReportColors,
+    /// The transcript store; `None` keeps nothing across restarts (`no_persist`, and the
+    /// default for a `Config` built in code).
+    pub persist: Option<Persist>,
 }
 
 impl Config {
@@ -1562,6 +1668,7 @@ impl Default for Config {
             max_subscriptions: DEFAULT_MAX_SUBSCRIPTIONS,
             agent_env: agent_env(true, &[]),
             report_colors: ReportColors::default(),
+            persist: None,
         }
     }
 }

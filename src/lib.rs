@@ -13,6 +13,7 @@ pub mod host;
 pub mod rpc;
 pub mod server;
 pub mod service;
+pub mod store;
 pub mod terminal;
 
 pub use config::Config;

@@ -150,6 +150,14 @@ struct ServeArgs {
     scrollback_bytes: Option<usize>,
     #[arg(long, value_name = "BYTES", help = help("history_bytes"), value_parser = parse_flag::<usize>)]
     history_bytes: Option<usize>,
+    #[arg(long, value_name = "DIR", conflicts_with = "no_persist", help = help("state_dir"))]
+    state_dir: Option<PathBuf>,
+    #[arg(long, help = help("no_persist"))]
+    no_persist: bool,
+    #[arg(long, value_name = "BYTES", help = help("persist_max_bytes"), value_parser = parse_flag::<usize>)]
+    persist_max_bytes: Option<usize>,
+    #[arg(long, value_name = "DURATION", help = help("persist_max_age"), value_parser = parse_flag::<Duration>)]
+    persist_max_age: Option<Duration>,
     #[arg(long, value_name = "DURATION", help = help("kill_grace"), value_parser = parse_flag::<Duration>)]
     kill_grace: Option<Duration>,
     /// Deprecated spelling of --kill-grace, in milliseconds.
@@ -236,6 +244,10 @@ impl ServeArgs {
             no_agent_env,
             scrollback_bytes,
             history_bytes,
+            state_dir,
+            no_persist,
+            persist_max_bytes,
+            persist_max_age,
             kill_grace,
             orphan_grace,
             stall_timeout,
@@ -576,6 +588,13 @@ fn print_config(args: &ServeArgs, env_token: Option<String>) -> ExitCode {
         out.push_str(&format!(
             "# shell: {} ($SHELL, else /bin/bash, else /bin/sh)\n",
             config::Config::default_shell().display()
+        ));
+    }
+    if loaded.settings.state_dir.value.is_none() && !loaded.settings.no_persist.value {
+        let dir = config::default_state_dir(&|k| std::env::var_os(k));
+        out.push_str(&format!(
+            "# state_dir: {} ($XDG_STATE_HOME/ahpty, else ~/.local/state/ahpty)\n",
+            dir.map_or_else(|| "none".into(), |d| d.display().to_string())
         ));
     }
     out.push_str(&format!("# auth: {auth}\n"));

@@ -139,8 +139,9 @@ async fn ls_json_shape_and_selection_by_number_title_and_prefix() {
         );
         assert!(row["ageSeconds"].as_i64().unwrap() >= 0, "{row}");
         assert!(row["commandDetection"].is_boolean(), "{row}");
+        assert_eq!(row["restored"], false, "{row}");
         let keys: Vec<&String> = row.as_object().unwrap().keys().collect();
-        assert_eq!(keys.len(), 14, "{keys:?}");
+        assert_eq!(keys.len(), 15, "{keys:?}");
     }
     let table = cli(d.cli(&["ls"])).await;
     assert_eq!(table.code, Some(0));
@@ -437,9 +438,13 @@ fn serve_listens_on_the_default_socket_unless_moved_or_turned_off() {
     let dir = std::fs::metadata(d.socket().parent().unwrap()).unwrap();
     assert_eq!(dir.permissions().mode() & 0o777, 0o700);
 
-    // A second daemon on the same default socket: refused, saying how to run one anyway.
+    // A second daemon on the same default socket: refused, saying how to run one anyway
+    // (without transcripts, so that the socket is what it runs into, not the state directory).
     let second = run_cli(
-        daemon_command(d.home(), &["--listen", "127.0.0.1:0", "--no-auth"]),
+        daemon_command(
+            d.home(),
+            &["--listen", "127.0.0.1:0", "--no-auth", "--no-persist"],
+        ),
         CLI_TIMEOUT,
     );
     assert_eq!(second.code, Some(1), "{second:?}");

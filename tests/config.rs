@@ -379,7 +379,7 @@ fn the_readme_options_table_matches_the_defaults() {
             let ok = match default.as_str() {
                 "" | "[]" => {
                     readme_default == "—"
-                        || ["shell", "socket", "agent_env"].contains(&key.as_str())
+                        || ["shell", "socket", "agent_env", "state_dir"].contains(&key.as_str())
                 }
                 "false" => readme_default == "off",
                 d if d.starts_with('"') => {

@@ -43,6 +43,8 @@ pub struct Row {
     pub age_seconds: i64,
     /// Whether the shell reports commands and their exit codes.
     pub command_detection: bool,
+    /// Restored from the transcript of an earlier daemon process (no process behind it).
+    pub restored: bool,
 }
 
 /// Builds the printed row of a listed terminal; `now_ms` is the current Unix time.
@@ -66,6 +68,7 @@ pub fn row(t: &TerminalSummary, now_ms: i64) -> Row {
         created_at: t.created_at,
         age_seconds: (now_ms - t.created_at).max(0) / 1000,
         command_detection: t.supports_command_detection == Some(true),
+        restored: t.restored,
     }
 }
 
@@ -122,6 +125,11 @@ pub fn table(rows: &[Row], home: Option<&str>) -> String {
             ("exited", Some(c)) => format!("exited {c}"),
             ("exited", None) => "exited".into(),
             (s, _) => s.into(),
+        };
+        let status = if r.restored {
+            format!("{status} (restored)")
+        } else {
+            status
         };
         // The CLI connects only for the length of a command: its terminals are not "away".
         let holder = if r.holder_connected || r.holder == super::connect::CLIENT_ID {

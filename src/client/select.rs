@@ -101,6 +101,7 @@ mod tests {
             rows: None,
             created_at: 0,
             supports_command_detection: None,
+            restored: false,
         }
     }
 

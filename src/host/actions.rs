@@ -100,6 +100,10 @@ impl Inner {
         };
         match &action {
             StateAction::TerminalInput(input) => {
+                let Some(process) = t.process.clone() else {
+                    self.reject(conn, uri, raw, origin, super::RESTORED_INPUT.into());
+                    return;
+                };
                 if matches!(t.state.lifecycle, TerminalLifecycleState::Exited(_)) {
                     self.reject(conn, uri, raw, origin, "terminal has exited".into());
                     return;
@@ -120,7 +124,7 @@ impl Inner {
                     self.reject(conn, uri, raw, origin, reason);
                     return;
                 }
-                if !t.process.input_fits(input.data.len()) {
+                if !process.input_fits(input.data.len()) {
                     let reason = format!(
                         "input queue full: more than {} bytes are waiting for the program to \
                          read them",
@@ -129,7 +133,6 @@ impl Inner {
                     self.reject(conn, uri, raw, origin, reason);
                     return;
                 }
-                let process = t.process.clone();
                 let bytes = input.data.clone().into_bytes();
                 self.emit_terminal_encoded(uri, action, Some(origin), encoded);
                 // Checked above; only the pty vanishing can fail here, and then the exit
@@ -140,7 +143,8 @@ impl Inner {
                 // Validated to 1..=MAX_DIMENSION, so the conversions cannot fail.
                 let cols = u16::try_from(r.cols).unwrap_or(u16::MAX);
                 let rows = u16::try_from(r.rows).unwrap_or(u16::MAX);
-                if let Err(e) = t.process.resize(cols, rows) {
+                // A restored terminal has no pty: only its recorded size changes.
+                if let Some(Err(e)) = t.process.as_ref().map(|p| p.resize(cols, rows)) {
                     tracing::debug!(terminal = %uri, error = %e, "pty resize failed");
                 }
                 t.screen.resized(cols, rows);

@@ -59,6 +59,10 @@ pub struct TerminalSummary {
     /// Whether the shell reports commands (`terminal/commandExecuted`/`commandFinished`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub supports_command_detection: Option<bool>,
+    /// Restored from the transcript of an earlier daemon process: it has no process (its
+    /// lifecycle is exited, with no exit code if it was running then). Absent when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub restored: bool,
 }
 
 impl Host {
@@ -94,6 +98,7 @@ impl Host {
                 rows: t.state.rows,
                 created_at: t.created_ms,
                 supports_command_detection: t.state.supports_command_detection,
+                restored: t.process.is_none(),
             })
             .collect();
         terminals.sort_by_key(|t| t.id);

@@ -23,6 +23,7 @@ pub mod channel;
 mod flow;
 pub mod history;
 pub mod outbox;
+mod persist;
 mod pump;
 mod resume;
 mod screen;
@@ -46,6 +47,7 @@ use channel::ChannelKind;
 pub use flow::{CLOSE_LAGGING, CLOSE_STALLED};
 use history::History;
 pub use outbox::{Outbox, OutboxReceiver, Outgoing};
+pub use persist::{compact_after, Removed, RESTORED_INPUT};
 pub use resume::{CLOSE_SUPERSEDED, MAX_REPLAY_BYTES};
 pub use terminals::MAX_DATA_BYTES;
 
@@ -88,6 +90,10 @@ struct Inner {
     next_conn: ConnId,
     next_terminal: u64,
     shutting_down: bool,
+    /// The transcript store (`None` without persistence).
+    store: Option<Arc<crate::store::Store>>,
+    /// The `serverSeq` at which the store's high-water mark is raised next.
+    seq_renew_at: u64,
 }
 
 struct ConnEntry {
@@ -118,7 +124,8 @@ struct TerminalEntry {
     id: u64,
     state: TerminalState,
     subscribers: flow::Subscribers,
-    process: Arc<PtyProcess>,
+    /// `None` for a terminal restored from an earlier process's transcript.
+    process: Option<Arc<PtyProcess>>,
     /// The client that holds the claim (decision D6).
     holder: String,
     /// A client named (`createTerminal.name`) or renamed the terminal: titles from escape
@@ -135,18 +142,41 @@ struct TerminalEntry {
     info_json: Option<String>,
     /// What snapshots and cursor reports need of the terminal model.
     screen: screen::Screen,
+    /// Its transcript in the store (`None` without persistence).
+    transcript: Option<persist::Transcript>,
 }
 
 impl Host {
-    /// A host with no terminals.
+    /// A host with no terminals and no transcript store; `serverSeq` starts from the clock
+    /// ([`crate::store::clock_seq_base`]).
     pub fn new(config: &Config) -> Arc<Host> {
+        Host::with_store(config, None)
+    }
+
+    /// A host with the terminals of an opened transcript store (restored exited, without
+    /// processes; see docs/protocol.md), writing to it from now on; `serverSeq` starts above
+    /// every value an earlier process of that store handed out.
+    pub fn with_store(config: &Config, opened: Option<crate::store::Opened>) -> Arc<Host> {
+        let (store, restored, base) = match opened {
+            Some(o) => {
+                tracing::info!(
+                    "transcripts in {}: {} terminals restored ({} KiB, read in {} ms)",
+                    o.store.dir().display(),
+                    o.restored.len(),
+                    o.bytes / 1024,
+                    o.took.as_millis()
+                );
+                (Some(o.store), o.restored, o.seq_base)
+            }
+            None => (None, Vec::new(), crate::store::clock_seq_base()),
+        };
         let flow = flow::Flow::new(config);
-        Arc::new(Host {
+        let host = Arc::new(Host {
             config: config.clone(),
             instance_id: uuid::Uuid::new_v4().to_string(),
             flow: flow.clone(),
             inner: Mutex::new(Inner {
-                server_seq: 0,
+                server_seq: base,
                 root: RootState {
                     agents: Vec::new(),
                     active_sessions: None,
@@ -155,7 +185,7 @@ impl Host {
                     meta: None,
                 },
                 root_subscribers: BTreeSet::new(),
-                root_history: History::new(history::ROOT_HISTORY_BYTES, 0),
+                root_history: History::new(history::ROOT_HISTORY_BYTES, base),
                 terminals: HashMap::new(),
                 clients: HashMap::new(),
                 seen_clients: resume::RecentClients::new(
@@ -170,8 +200,12 @@ impl Host {
                 next_conn: 1,
                 next_terminal: 1,
                 shutting_down: false,
+                store,
+                seq_renew_at: base.saturating_add(crate::store::SEQ_MARGIN / 2),
             }),
-        })
+        });
+        host.lock().restore(restored, config.history_bytes);
+        host
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -318,13 +352,17 @@ impl Host {
         inner.remove_subscriber(conn, channel);
     }
 
-    /// Stops accepting terminals, kills every terminal's session and asks every connection
-    /// to close with code 1001.
+    /// Stops accepting terminals, kills every terminal's session, writes out the transcripts
+    /// (kept for the next start) and asks every connection to close with code 1001.
     pub async fn shutdown(&self) {
         let (processes, outboxes) = {
             let mut inner = self.lock();
             inner.shutting_down = true;
-            let processes: Vec<_> = inner.terminals.drain().map(|(_, t)| t.process).collect();
+            let processes: Vec<_> = inner
+                .terminals
+                .drain()
+                .filter_map(|(_, t)| t.process)
+                .collect();
             let outboxes: Vec<_> = inner
                 .connections
                 .values()
@@ -340,6 +378,7 @@ impl Host {
         for k in kills {
             let _ = k.await;
         }
+        self.close_store().await;
         for o in outboxes {
             o.close(1001, "ahpty is shutting down");
         }
@@ -495,6 +534,9 @@ impl Inner {
 
     fn next_seq(&mut self) -> u64 {
         self.server_seq += 1;
+        if self.server_seq >= self.seq_renew_at {
+            self.renew_seq_mark();
+        }
         self.server_seq
     }
 }

@@ -15,14 +15,13 @@ use super::{ConnId, Host, Inner};
 use crate::rpc::error::RpcError;
 use crate::rpc::frame;
 use crate::rpc::version::{self, Wire};
-use crate::terminal::PtyProcess;
 
 /// Largest `reconnect` replay, in bytes of encoded envelopes; a longer one is answered with
 /// snapshots instead, which are never larger than the retained state.
 pub const MAX_REPLAY_BYTES: usize = 32 * 1024 * 1024;
 
-/// A reaped terminal: its URI, claim holder and process.
-type Expired = (String, String, Arc<PtyProcess>);
+/// A reaped terminal: its URI, claim holder and what is left to do.
+type Expired = (String, String, super::Removed);
 
 /// WebSocket close code sent to a connection whose `clientId` reconnected elsewhere.
 pub const CLOSE_SUPERSEDED: u16 = 4000;
@@ -292,7 +291,8 @@ impl Host {
                     .into_iter()
                     .filter_map(|uri| {
                         let t = inner.remove_terminal(&uri)?;
-                        Some((uri, t.holder, t.process))
+                        let holder = t.holder.clone();
+                        Some((uri, holder, inner.removed(t)))
                     })
                     .collect();
                 let next = inner
@@ -303,14 +303,14 @@ impl Host {
                     .map(|s| s + grace);
                 (expired, next)
             };
-            for (uri, holder, process) in expired {
+            for (uri, holder, removed) in expired {
                 tracing::info!(
                     terminal = %uri,
                     %holder,
                     grace_secs = grace.as_secs_f64(),
                     "reaping terminal: its claim holder has been disconnected longer than the orphan grace"
                 );
-                self.kill(process).await;
+                self.kill(removed).await;
             }
             match next {
                 Some(at) => {

@@ -266,7 +266,7 @@ impl Screen {
     /// Handles the replies to queries found in output just appended: `at` is each query's
     /// offset. Replies that need no model are written at once unless a cursor report is
     /// still being computed (then they wait their turn).
-    pub(super) fn queries(&mut self, replies: Vec<(u64, Reply)>, process: &PtyProcess) {
+    pub(super) fn queries(&mut self, replies: Vec<(u64, Reply)>, process: Option<&PtyProcess>) {
         for (at, reply) in replies {
             if self.replies.is_empty() && !matches!(reply, Reply::CursorPosition { .. }) {
                 self.write_reply(&reply, process);
@@ -277,7 +277,7 @@ impl Screen {
         }
     }
 
-    fn write_reply(&self, reply: &Reply, process: &PtyProcess) {
+    fn write_reply(&self, reply: &Reply, process: Option<&PtyProcess>) {
         let bytes = match reply {
             Reply::Bytes(b) => b.clone(),
             Reply::WindowSize { op } => {
@@ -286,8 +286,11 @@ impl Screen {
             // Answered by the model task.
             Reply::CursorPosition { .. } => return,
         };
-        // Only the pty vanishing can fail, and then nobody waits for the answer.
-        let _ = process.write(bytes);
+        // Only the pty vanishing can fail, and then nobody waits for the answer (nor does a
+        // terminal without a process).
+        if let Some(process) = process {
+            let _ = process.write(bytes);
+        }
     }
 
     /// The waiting pending text's wake-up when the terminal's output must wait for the model
@@ -425,7 +428,7 @@ impl Screen {
 
     /// Publishes a job's results (under the lock). Offsets only grow, so a result computed
     /// while more output arrived is still right for the point it was computed at.
-    fn publish(&mut self, done: Done, process: &PtyProcess) {
+    fn publish(&mut self, done: Done, process: Option<&PtyProcess>) {
         if let Some((at, frozen)) = done.base.clone() {
             self.advance_to(at, frozen);
         }
@@ -468,7 +471,7 @@ impl Screen {
     }
 
     /// Publishes a job's repaint and cursor report.
-    fn publish_rest(&mut self, done: Done, process: &PtyProcess) {
+    fn publish_rest(&mut self, done: Done, process: Option<&PtyProcess>) {
         if let Some(repaint) = done.repaint {
             if self.resizes.back().is_some_and(|r| r.at == repaint.0) {
                 self.repaint = Some(repaint);
@@ -477,7 +480,9 @@ impl Screen {
         if let Some((at, bytes, frozen)) = done.cursor {
             if matches!(self.replies.front(), Some((q, Reply::CursorPosition { .. })) if *q == at) {
                 self.replies.pop_front();
-                let _ = process.write(bytes);
+                if let Some(process) = process {
+                    let _ = process.write(bytes);
+                }
                 if at >= self.base_at {
                     self.probe = Some((at, frozen));
                 }
@@ -596,6 +601,6 @@ pub(super) async fn run(host: Arc<Host>, uri: String, id: u64, wake: Arc<Notify>
             return;
         };
         let process = t.process.clone();
-        t.screen.publish(done, &process);
+        t.screen.publish(done, process.as_deref());
     }
 }

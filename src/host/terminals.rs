@@ -29,13 +29,12 @@ use super::channel::{self, ChannelKind};
 use super::flow::{Gate, Subscribers};
 use super::history::History;
 use super::outbox::OutboxRef;
+use super::persist::{self, Removed};
 use super::{pump, screen, scrollback, validate, ConnEntry, ConnId, Host, Inner, TerminalEntry};
 use crate::config::{EXE_ENV, HOST_ID_ENV, TERMINAL_ENV};
 use crate::rpc::error::RpcError;
 use crate::rpc::{frame, version};
-use crate::terminal::{
-    self, shell_integration, OutputPipeline, PtyEvent, PtyProcess, SpawnRequest,
-};
+use crate::terminal::{self, shell_integration, OutputPipeline, PtyEvent, SpawnRequest};
 
 /// Largest `data` of one `terminal/data` envelope, in bytes; longer output is split on
 /// character boundaries.
@@ -177,7 +176,7 @@ impl Host {
                     id,
                     state,
                     subscribers: Subscribers::new(wake.clone()),
-                    process: process.clone(),
+                    process: Some(process.clone()),
                     holder,
                     renamed_by_client: named,
                     content_bytes: 0,
@@ -186,21 +185,30 @@ impl Host {
                     created_ms: shell_integration::now_ms(),
                     info_json: None,
                     screen,
+                    transcript: None,
                 },
             );
+            inner.persist_new(&uri);
             inner.refresh_orphans();
             inner.emit_root_terminals();
             // A shutdown that began while spawning has already swept the terminal list.
             if inner.shutting_down {
-                inner.terminals.remove(&uri);
-                None
+                let entry = inner.terminals.remove(&uri);
+                Err(entry.map(|t| inner.removed(t)))
             } else {
-                Some(id)
+                Ok(id)
             }
         };
-        let Some(id) = id else {
-            self.kill(process).await;
-            return Err(RpcError::internal("ahpty is shutting down"));
+        let id = match id {
+            Ok(id) => id,
+            Err(removed) => {
+                let removed = removed.unwrap_or(Removed {
+                    process: Some(process),
+                    transcript: None,
+                });
+                self.kill(removed).await;
+                return Err(RpcError::internal("ahpty is shutting down"));
+            }
         };
         tracing::info!(terminal = %uri, pid = process.pid(), shell = %shell.display(), "terminal created");
         tokio::spawn(screen::run(self.clone(), uri.clone(), id, model_wake));
@@ -247,10 +255,11 @@ impl Host {
     }
 
     /// `disposeTerminal` (notes §9.6), first half: removes the terminal (no more actions on
-    /// its channel; its URI is free again) and emits `root/terminalsChanged`. The caller then
-    /// kills its processes with [`Host::kill`] before answering.
+    /// its channel; its URI is free again), queues the deletion of its transcript and emits
+    /// `root/terminalsChanged`. The caller then kills its processes and waits for the deletion
+    /// with [`Host::kill`] before answering.
     /// Errors: unknown terminal → -32008; session/chat URI → -32001; not a URI → -32602.
-    pub fn remove_terminal(&self, uri: &str) -> Result<Arc<PtyProcess>, RpcError> {
+    pub fn remove_terminal(&self, uri: &str) -> Result<Removed, RpcError> {
         let mut inner = self.lock();
         match channel::classify(uri) {
             ChannelKind::Session => return Err(RpcError::session_not_found(uri)),
@@ -262,15 +271,9 @@ impl Host {
         let Some(entry) = inner.remove_terminal(uri) else {
             return Err(RpcError::not_found(format!("terminal not found: {uri}")));
         };
-        tracing::info!(terminal = %uri, pid = entry.process.pid(), "terminal disposed");
-        Ok(entry.process)
-    }
-
-    /// Kills every process of a removed terminal's session (SIGHUP, then SIGKILL after the
-    /// configured grace) and waits until they are gone.
-    pub async fn kill(&self, process: Arc<PtyProcess>) {
-        let grace = self.config.kill_grace;
-        let _ = tokio::task::spawn_blocking(move || process.kill_session(grace)).await;
+        let removed = inner.removed(entry);
+        tracing::info!(terminal = %uri, pid = removed.pid(), "terminal disposed");
+        Ok(removed)
     }
 
     /// Output of terminal `id` at `uri`, in stream order (called by the terminal's pump).
@@ -312,7 +315,7 @@ impl Host {
             let base = t.screen.tail() - seen;
             let process = t.process.clone();
             let replies = replies.into_iter().map(|(at, r)| (base + at, r)).collect();
-            t.screen.queries(replies, &process);
+            t.screen.queries(replies, process.as_deref());
         }
         let t = inner.terminals.get(uri)?;
         in_flight.extend(
@@ -388,6 +391,7 @@ impl Inner {
             t.screen.before_clear(&t.state);
         }
         apply_action_to_terminal(&mut t.state, &action);
+        let persisted = persist::Kind::of(&action);
         if matches!(
             action,
             StateAction::TerminalTitleChanged(_)
@@ -420,6 +424,7 @@ impl Inner {
             Some(&envelope),
             &text,
         );
+        persist::record(self.store.as_deref(), t, uri, cap, &text, persisted);
         t.history.push(seq, text, None);
     }
 
@@ -475,6 +480,8 @@ impl Inner {
         t.add_content(added, cap);
         let text: Utf8Bytes = frame::data_action(uri, seq, &pieces).into();
         fan_out(&mut self.connections, &t.subscribers, None, &text);
+        let kind = persist::Kind::State;
+        persist::record(self.store.as_deref(), t, uri, cap, &text, kind);
         t.history.push(seq, text, None);
     }
 

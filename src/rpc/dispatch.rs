@@ -394,14 +394,14 @@ impl RpcConnection {
             Ok(p) => p,
             Err(e) => return self.reply(&id, Err(e)),
         };
-        let process = match self.host.remove_terminal(&p.channel) {
+        let removed = match self.host.remove_terminal(&p.channel) {
             Ok(p) => p,
             Err(e) => return self.reply(&id, Err(e)),
         };
         let host = self.host.clone();
         let outbox = self.outbox.clone();
         tokio::spawn(async move {
-            host.kill(process).await;
+            host.kill(removed).await;
             outbox.send(frame::success(&id, Value::Null));
         });
     }

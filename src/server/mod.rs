@@ -188,12 +188,18 @@ pub struct Server {
 }
 
 impl Server {
-    /// Checks the security settings ([`auth::check_config`]; its warnings are logged), loads
-    /// TLS, resolves the token (generating one for [`Auth::Generate`]) and binds every
-    /// listener. Errors name the listener or file at fault.
+    /// Checks the security settings ([`auth::check_config`]; its warnings are logged), opens
+    /// the transcript store (restoring the terminals it holds; see [`crate::store::open`]),
+    /// loads TLS, resolves the token (generating one for [`Auth::Generate`]) and binds every
+    /// listener. Errors name the listener, file or state directory at fault.
     pub async fn bind(config: &Config) -> io::Result<Server> {
         let warnings = auth::check_config(config)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        // First, so that a second daemon on the same directory says only that.
+        let store = match &config.persist {
+            Some(p) => crate::store::open(p)?,
+            None => None,
+        };
         for w in warnings {
             tracing::warn!("{w}");
         }
@@ -249,7 +255,7 @@ impl Server {
                 }
             }
         }
-        let host = Host::new(config);
+        let host = Host::with_store(config, store);
         Ok(Server {
             listeners,
             ctx: Arc::new(Context::new(host.clone(), config)),
@@ -332,6 +338,7 @@ impl Server {
         }
         let reaper = tokio::spawn(self.host.clone().reap_orphans());
         let stall_watch = tokio::spawn(self.host.clone().watch_stalls());
+        let repair = tokio::spawn(self.host.clone().repair_transcripts());
         let pending = Pending::new();
         let mut refused = Throttled::new("too many handshakes in progress; refusing with 503");
         let mut out_of_fds = Throttled::new(
@@ -441,6 +448,7 @@ impl Server {
         drop(self.listeners);
         reaper.abort();
         stall_watch.abort();
+        repair.abort();
         self.host.shutdown().await;
         let drained = tokio::time::timeout(SHUTDOWN_FLUSH, async {
             while connections.join_next().await.is_some() {}

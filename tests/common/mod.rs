@@ -46,7 +46,8 @@ pub fn runtime_dir(home: &std::path::Path) -> std::path::PathBuf {
 }
 
 /// `ahpty serve …` with a fresh HOME (and so no config file), a private XDG_RUNTIME_DIR (see
-/// [`runtime_dir`]) and RUST_LOG=info, without the caller's `AHPTY_*` settings or systemd
+/// [`runtime_dir`]), XDG_STATE_HOME `HOME/.state` (so transcripts go to
+/// `HOME/.state/ahpty`) and RUST_LOG=info, without the caller's `AHPTY_*` settings or systemd
 /// variables; stdout/stderr piped.
 pub fn daemon_command(home: &std::path::Path, args: &[&str]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_ahpty"));
@@ -61,6 +62,8 @@ pub fn daemon_command(home: &std::path::Path, args: &[&str]) -> Command {
         .env("HOME", home)
         .env("XDG_RUNTIME_DIR", runtime_dir(home))
         .env("XDG_CONFIG_HOME", home.join(".config"))
+        // Transcripts and the serverSeq mark stay in the test's own HOME.
+        .env("XDG_STATE_HOME", home.join(".state"))
         // AHPTY_TEST_LOG (e.g. `debug`) raises the daemons' log level when investigating.
         .env(
             "RUST_LOG",
