@@ -706,6 +706,55 @@ fn part_text(p: &Value) -> (&str, usize) {
     (text, text.len() + line)
 }
 
+/// One command whose output alone exceeds the scrollback cap (default flags: 1 MiB), then a
+/// prompt: the snapshot keeps the last cap bytes of that command's output, in its command
+/// part, cut at a line start — not just the prompt after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_command_beyond_the_cap_keeps_the_tail_of_its_output() {
+    const CAP: usize = 1024 * 1024;
+    let d = Daemon::start();
+    let (mut c, _) = Lean::connect_init(d.addr(), "big", None).await;
+    let t = term_uri("big-command");
+    c.create_terminal(&t).await;
+    c.subscribe(&t).await;
+    c.ready(&t).await;
+    c.input(&t, "seq 1 200000\r").await;
+    c.wait_data(&t, "199999\r\n200000\r\n", Duration::from_secs(60))
+        .await;
+    c.ready(&t).await;
+    let (mut v, _) = Lean::connect_init(d.addr(), "big-viewer", None).await;
+    let snap = v.subscribe(&t).await;
+    let content = snap["state"]["content"].as_array().unwrap();
+    let retained = snapshot_text(&snap);
+    assert!(
+        retained.len() > CAP - 8192 && retained.len() <= CAP,
+        "retained {} bytes, cap {CAP}: {:?}",
+        retained.len(),
+        clip(retained.clone(), 200)
+    );
+    let seq = content
+        .iter()
+        .find(|p| p["commandLine"] == "seq 1 200000")
+        .unwrap_or_else(|| {
+            panic!(
+                "the command's part is gone: {}",
+                clip(snap.to_string(), 300)
+            )
+        });
+    assert_eq!(seq["isComplete"], true);
+    let out = seq["output"].as_str().unwrap();
+    assert!(out.len() > CAP - 8192, "{} bytes of its output", out.len());
+    // The tail of the output, every line whole and none missing.
+    let nums = numbered_lines(out);
+    let first = nums[0];
+    assert!(
+        out.starts_with(&format!("{first}\r\n")),
+        "cut mid-line: {:?}",
+        clip(out.to_string(), 40)
+    );
+    assert_consecutive(&nums, first, 200000, "the command's retained output");
+}
+
 /// With `--scrollback-bytes 65536`, lots of colored multibyte output: the snapshot holds at
 /// most the cap (plus the running command's line), starts on a character and escape-sequence
 /// boundary, and keeps the running command's part.

@@ -604,3 +604,188 @@ pub(super) async fn run(host: Arc<Host>, uri: String, id: u64, wake: Arc<Notify>
         t.screen.publish(done, process.as_deref());
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ahp_types::state::*;
+
+    const CAP: usize = 1000;
+
+    fn state() -> TerminalState {
+        TerminalState {
+            title: "t".into(),
+            cwd: None,
+            cols: Some(40),
+            rows: Some(10),
+            content: Vec::new(),
+            lifecycle: TerminalLifecycleState::Running(TerminalRunningLifecycleState {}),
+            claim: TerminalClaim::Client(TerminalClientClaim {
+                client_id: "c".into(),
+            }),
+            supports_command_detection: None,
+            is_pty: Some(true),
+        }
+    }
+
+    /// A terminal's content and screen bookkeeping, fed as the host feeds them.
+    struct Term {
+        state: TerminalState,
+        screen: Screen,
+        /// Every byte of output text so far.
+        stream: String,
+    }
+
+    impl Term {
+        fn new() -> Term {
+            Term {
+                state: state(),
+                screen: Screen::new(40, 10),
+                stream: String::new(),
+            }
+        }
+
+        /// Output `text`, into a new command part when `command` is given, else into the
+        /// running command or the last unclassified part; trims as the host does.
+        fn output(&mut self, command: Option<&str>, text: &str) {
+            match command {
+                Some(line) => {
+                    self.state
+                        .content
+                        .push(TerminalContentPart::Command(TerminalCommandPart {
+                            command_id: line.into(),
+                            command_line: line.into(),
+                            output: String::new(),
+                            timestamp: 0,
+                            is_complete: false,
+                            exit_code: None,
+                            duration_ms: None,
+                        }))
+                }
+                None if !matches!(
+                    self.state.content.last(),
+                    Some(TerminalContentPart::Unclassified(_))
+                        | Some(TerminalContentPart::Command(TerminalCommandPart {
+                            is_complete: false,
+                            ..
+                        }))
+                ) =>
+                {
+                    self.state.content.push(TerminalContentPart::Unclassified(
+                        TerminalUnclassifiedPart {
+                            value: String::new(),
+                        },
+                    ))
+                }
+                None => {}
+            }
+            match self.state.content.last_mut() {
+                Some(TerminalContentPart::Unclassified(u)) => u.value.push_str(text),
+                Some(TerminalContentPart::Command(c)) => c.output.push_str(text),
+                _ => unreachable!(),
+            }
+            self.stream.push_str(text);
+            self.screen.appended(text.len(), CAP);
+            if scrollback::content_bytes(&self.state) > scrollback::trim_threshold(CAP) {
+                self.screen.before_trim(&self.state, CAP);
+                scrollback::trim(&mut self.state, CAP);
+            }
+        }
+
+        fn finish_command(&mut self) {
+            if let Some(TerminalContentPart::Command(c)) = self.state.content.last_mut() {
+                c.is_complete = true;
+            }
+        }
+
+        /// Runs the model task's jobs until it has nothing to do.
+        fn settle(&mut self) {
+            while let Some(job) = self.screen.job(&self.state, CAP) {
+                let (from, to) = (job.start_at as usize, job.advance.map(|a| a as usize));
+                // The model is fed exactly the stream's bytes, trimmed or not.
+                if let Some(to) = to {
+                    assert_eq!(job.text, self.stream[from..to]);
+                }
+                let done = compute(job);
+                let Some((at, frozen)) = done.base else {
+                    break;
+                };
+                self.screen.advance_to(at, frozen);
+            }
+        }
+
+        /// A snapshot's parts: the synthesized one (if any) and the text of the others.
+        fn snapshot(&self) -> (Option<String>, String) {
+            let mut parts = self.screen.snapshot_content(&self.state, CAP);
+            let lead = parts
+                .first()
+                .is_some_and(|p| text_of(p).starts_with(&model::preamble(40)))
+                .then(|| text_of(&parts.remove(0)).to_string());
+            (lead, parts.iter().map(text_of).collect())
+        }
+    }
+
+    #[test]
+    fn the_model_is_fed_exactly_the_trimmed_text() {
+        let mut t = Term::new();
+        t.output(None, "$ ");
+        // Nothing trimmed: the snapshot is the content as it is.
+        assert_eq!(t.snapshot(), (None, "$ ".to_string()));
+        // One command far beyond the cap, then a prompt, then small commands; the model
+        // task runs now and then (and not at all during the big one).
+        t.output(Some("seq"), "");
+        for i in 0..3000 {
+            t.output(None, &format!("\x1b[3{}m{i} é\x1b[0m\r\n", i % 8));
+        }
+        t.finish_command();
+        t.output(None, "$ ");
+        let (lead, rest) = t.snapshot();
+        let lead = lead.expect("a synthesized prefix");
+        // The model has not moved: the prefix replays the stream up to the retained parts.
+        assert_eq!(
+            lead,
+            model::preamble(40) + &t.stream[..t.stream.len() - rest.len()]
+        );
+        assert!(
+            rest.len() > CAP / 2 && rest.ends_with("2999 é\x1b[0m\r\n$ "),
+            "{rest:?}"
+        );
+        t.settle();
+        assert!(t.screen.base_at > 0 && t.screen.pending.is_empty());
+        for round in 0..200 {
+            t.output(Some("echo"), &format!("line {round}\r\n"));
+            t.finish_command();
+            t.output(None, "$ ");
+            if round % 7 == 0 {
+                t.settle();
+            }
+            let (lead, rest) = t.snapshot();
+            let lead = lead.expect("a synthesized prefix");
+            let base = model::preamble(40) + t.screen.base.client();
+            let gap = lead
+                .strip_prefix(&base)
+                .expect("preamble and model state first");
+            let start = t.stream.len() - rest.len();
+            assert_eq!(gap, &t.stream[t.screen.base_at as usize..start]);
+            let retained: String = scrollback::retained(&t.state, CAP)
+                .content
+                .iter()
+                .map(text_of)
+                .collect();
+            assert_eq!(
+                rest, retained,
+                "the parts after the prefix are what a trim keeps"
+            );
+            assert!(
+                rest.len() <= CAP && rest.len() > CAP / 2,
+                "{round}: {}",
+                rest.len()
+            );
+        }
+        // The model's state is the live one: a fresh model fed the whole stream agrees.
+        t.settle();
+        let mut full = Model::thaw(&Frozen::fresh(40, 10));
+        full.feed(&t.stream[..t.screen.base_at as usize]);
+        assert_eq!(full.freeze().client(), t.screen.base.client());
+    }
+}

@@ -3,11 +3,13 @@
 //! The reducers only ever append to `TerminalState.content`. Snapshots carry at most the cap
 //! ([`retained`] copies just the part that a trim would keep); in memory the host lets the
 //! content grow to [`trim_threshold`] (twice the cap) before it calls [`trim`], so a flood
-//! moves each byte at most once instead of moving the whole buffer on every append. Trimming drops whole leading
-//! parts first, then cuts the head of the oldest remaining one, always on a character
-//! boundary and never inside an escape sequence, preferring a line start. A running (incomplete) command part is never dropped
+//! moves each byte at most once instead of moving the whole buffer on every append. Trimming
+//! drops whole leading parts while what remains still holds at least the cap, then cuts the
+//! head of the oldest remaining one, always on a character boundary and never inside an escape
+//! sequence, preferring a line start: so one command whose output alone exceeds the cap keeps
+//! the last cap bytes of it. A running (incomplete) command part is never dropped
 //! (`terminal/commandFinished` finds it by id); only the head of its output may be cut.
-//! A trim is not an action: it shows only in later snapshots (notes §9.7).
+//! A trim is not an action: it shows only in later snapshots.
 
 use ahp_types::state::{
     TerminalCommandPart, TerminalContentPart, TerminalState, TerminalUnclassifiedPart,
@@ -40,13 +42,18 @@ pub fn trim_threshold(cap: usize) -> usize {
 fn plan(state: &TerminalState, cap: usize) -> (usize, usize, usize) {
     let mut total = content_bytes(state);
     let mut parts = 0;
-    // Drop whole leading parts, but never an incomplete command part.
+    // Drop whole leading parts while the rest still holds the cap (a part that has no text to
+    // cut, always), but never an incomplete command part.
     while total > cap && state.content.len() - parts > 1 {
         let first = &state.content[parts];
         if matches!(first, TerminalContentPart::Command(c) if !c.is_complete) {
             break;
         }
-        total -= part_bytes(first);
+        let bytes = part_bytes(first);
+        if total - bytes < cap && !matches!(first, TerminalContentPart::Unknown(_)) {
+            break;
+        }
+        total -= bytes;
         parts += 1;
     }
     if total <= cap {
@@ -68,8 +75,8 @@ pub fn retained_start(state: &TerminalState, cap: usize) -> (usize, usize) {
     (parts, cut)
 }
 
-/// Trims `state.content` to at most `cap` bytes (plus at most the command line of a running
-/// command). Returns the new total.
+/// Trims `state.content` to at most `cap` bytes (plus at most the command line of the oldest
+/// command part kept). Returns the new total.
 pub fn trim(state: &mut TerminalState, cap: usize) -> usize {
     let (parts, cut, total) = plan(state, cap);
     state.content.drain(..parts);
@@ -295,6 +302,64 @@ mod tests {
             }
         }
         assert_eq!(trim_threshold(1024), 2048);
+    }
+
+    fn command(id: &str, line: &str, output: &str, done: bool) -> TerminalContentPart {
+        TerminalContentPart::Command(TerminalCommandPart {
+            command_id: id.into(),
+            command_line: line.into(),
+            output: output.into(),
+            timestamp: 0,
+            is_complete: done,
+            exit_code: done.then_some(0),
+            duration_ms: None,
+        })
+    }
+
+    fn output_of(part: &TerminalContentPart) -> &str {
+        match part {
+            TerminalContentPart::Unclassified(u) => &u.value,
+            TerminalContentPart::Command(c) => &c.output,
+            TerminalContentPart::Unknown(_) => "",
+        }
+    }
+
+    #[test]
+    fn a_part_beyond_the_cap_keeps_its_tail() {
+        // One command whose output alone exceeds the cap, then a small prompt: the last cap
+        // bytes stay (the tail of the output, from a line start), not just the prompt.
+        let seq: String = (1..=2000).map(|i| format!("{i}\r\n")).collect();
+        for done in [true, false] {
+            let mut s = state(vec![
+                text("$ seq 1 2000\r\n"),
+                command("1", "seq 1 2000", &seq, done),
+                text("\x1b[?2004h$ "),
+            ]);
+            let total = trim(&mut s, 1000);
+            assert!((990..=1000).contains(&total), "{total}");
+            assert_eq!(s.content.len(), 2, "{:?}", s.content);
+            assert!(
+                matches!(&s.content[0], TerminalContentPart::Command(c) if c.command_id == "1")
+            );
+            let out = output_of(&s.content[0]);
+            assert!(out.ends_with("1999\r\n2000\r\n"), "{out:?}");
+            assert!(seq.ends_with(out) && seq[..seq.len() - out.len()].ends_with('\n'));
+            assert_eq!(output_of(&s.content[1]), "\x1b[?2004h$ ");
+        }
+        // The same with plain text, and with a running command after it.
+        let big = "0123456789\n".repeat(300);
+        for last in [text("$ "), command("2", "sleep 9", "", false)] {
+            let mut s = state(vec![text("old\n"), text(&big), last.clone()]);
+            let total = trim(&mut s, 1000);
+            assert!(total > 980 && total <= 1000, "{total}");
+            assert_eq!(s.content.len(), 2);
+            assert!(big.ends_with(output_of(&s.content[0])));
+            assert_eq!(s.content[1], last);
+        }
+        // A leading part is still dropped whole when the rest holds the cap.
+        let mut s = state(vec![text(&big), text(&big)]);
+        trim(&mut s, 3300);
+        assert_eq!(s.content, vec![text(&big)]);
     }
 
     #[test]
