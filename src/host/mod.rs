@@ -142,7 +142,8 @@ struct TerminalEntry {
     process: Option<Arc<dyn Pty>>,
     /// The client that holds the claim (decision D6).
     holder: String,
-    /// A client renamed the terminal: titles from escape sequences no longer apply.
+    /// A client named (`createTerminal.name`) or renamed the terminal: titles from escape
+    /// sequences no longer apply.
     renamed_by_client: bool,
     content_bytes: usize,
     history: History,

@@ -89,6 +89,8 @@ impl Host {
             validate::check_title(name)
                 .map_err(|m| HostError::invalid_params(format!("name: {m}")))?;
         }
+        // A name the client gave is the title for good: escape sequences no longer change it.
+        let named = params.name.is_some();
         let title = match &params.name {
             Some(name) => shell_integration::sanitize_title(name),
             None => shell_name(&shell),
@@ -188,7 +190,7 @@ impl Host {
                     subscribers: Subscribers::new(wake.clone()),
                     process: Some(process.clone()),
                     holder,
-                    renamed_by_client: false,
+                    renamed_by_client: named,
                     content_bytes: 0,
                     history: History::new(self.config.history_bytes, floor),
                     orphaned_since: None,

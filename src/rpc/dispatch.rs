@@ -298,6 +298,12 @@ impl RpcConnection {
             .as_ref()
             .map(|c| codec::clip(c.name.clone(), 64))
             .unwrap_or_else(|| "?".into());
+        let client_version = p
+            .client_info
+            .as_ref()
+            .and_then(|c| c.version.clone())
+            .map(|v| codec::clip(v, 64))
+            .unwrap_or_else(|| "?".into());
         let client_id = p.client_id;
         let default_directory = self.host.default_directory();
         let logged = (self.conn, client_id.clone(), version.clone());
@@ -331,7 +337,14 @@ impl RpcConnection {
                 self.initialized = true;
                 self.wire = wire;
                 let (conn, client_id, version) = logged;
-                tracing::info!(conn, %client_id, %client, %version, "client initialized");
+                tracing::debug!(
+                    conn,
+                    %client_id,
+                    %client,
+                    %client_version,
+                    %version,
+                    "client initialized"
+                );
             }
             Err(e) => self.reply(&id, Err(e.into())),
         }

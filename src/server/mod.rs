@@ -141,6 +141,18 @@ impl Listener {
     }
 }
 
+/// The start-time checks `serve` makes before binding, for `ahpty config` to run too: the
+/// token and loopback rules ([`auth::check_config`]: `no_auth` only on loopback, a readable
+/// token file) and, with TLS, that the certificate and key load. `Ok` carries the warnings
+/// (one line each); `Err` the refusal as one line (the CLI exits with status 2).
+pub fn check_settings(config: &Config) -> Result<Vec<String>, String> {
+    let warnings = auth::check_config(config)?;
+    if let Some(files) = &config.tls {
+        tls::acceptor(files).map_err(|e| e.to_string())?;
+    }
+    Ok(warnings)
+}
+
 /// A bound, not yet running, daemon.
 pub struct Server {
     listeners: Vec<Listener>,
@@ -148,6 +160,8 @@ pub struct Server {
     ctx: Arc<Context>,
     token: Option<Token>,
     generated_token: bool,
+    /// The connect URLs with the generated token were withheld (stdout is the journal).
+    token_withheld: bool,
 }
 
 impl Server {
@@ -225,6 +239,7 @@ impl Server {
             host,
             token,
             generated_token,
+            token_withheld: false,
         })
     }
 
@@ -252,6 +267,12 @@ impl Server {
     /// Whether the token was generated at start (and so must be shown to the user once).
     pub fn token_generated(&self) -> bool {
         self.generated_token
+    }
+
+    /// Tells the server its generated token was not printed, so its log does not point to
+    /// stdout for it.
+    pub fn withhold_token(&mut self) {
+        self.token_withheld = true;
     }
 
     /// One connect URL per TCP listener, `ws://ADDR?tkn=TOKEN` (no `/` before `?`, the form
@@ -283,6 +304,10 @@ impl Server {
         match (&self.token, self.generated_token) {
             _ if !has_tcp => {}
             (None, _) => {}
+            (Some(_), true) if self.token_withheld => tracing::info!(
+                "TCP peers need the token generated at start, which nobody was shown: they \
+                 cannot connect (the Unix socket needs no token)"
+            ),
             (Some(_), true) => tracing::info!(
                 "TCP peers need the token generated at start (connect URL printed on stdout)"
             ),
