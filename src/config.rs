@@ -9,6 +9,8 @@
 //! naming the setting and where it came from ([`ConfigError`]).
 //!
 //! This is the bottom layer: it uses nothing else of the crate.
+//!
+//! May touch: the environment and the config file it is given to read; nothing else.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -398,8 +400,9 @@ settings! {
     /// Time between SIGHUP and SIGKILL when a terminal is disposed (e.g. 500ms, 2s).
     kill_grace: Duration = DEFAULT_KILL_GRACE, limit any;
     /// Dispose a terminal once its claim holder has had no connection for this long (e.g.
-    /// 90s, 30m, 24h); 0 disables reaping.
-    orphan_grace: Duration = DEFAULT_ORPHAN_GRACE, limit any;
+    /// 90s, 30m, 24h; at least 1s, so a client that reconnects at once keeps its terminals);
+    /// 0 disables reaping.
+    orphan_grace: Duration = DEFAULT_ORPHAN_GRACE, limit |v| orphan_grace_limit(*v);
     /// Close (code 4001) a connection whose unsent output stays above the high watermark
     /// (1 MiB) this long (at least 100ms); 0 never closes it (its terminals stay paused while
     /// it stalls).
@@ -579,17 +582,17 @@ impl fmt::Display for Origin {
 pub enum ConfigError {
     /// The settings are wrong as written (bad value, unknown key, contradiction): exit status 2.
     Invalid(String),
-    /// The settings are fine but cannot be carried out (a file they name cannot be read, the
-    /// shell is not executable): exit status 1.
+    /// The settings are well-formed but cannot be carried out (a file they name cannot be
+    /// read, the shell is not executable): exit status 2 as well — retrying cannot help
+    /// until they are changed (the systemd unit does not restart on 2).
     Unusable(String),
 }
 
 impl ConfigError {
-    /// 2 for [`ConfigError::Invalid`], 1 for [`ConfigError::Unusable`].
+    /// 2: every settings error is one the user has to fix (docs/service.md).
     pub fn exit_code(&self) -> u8 {
         match self {
-            ConfigError::Invalid(_) => 2,
-            ConfigError::Unusable(_) => 1,
+            ConfigError::Invalid(_) | ConfigError::Unusable(_) => 2,
         }
     }
 }
@@ -661,13 +664,30 @@ impl Value for usize {
     }
 }
 
+/// A duration in the one largest unit that states it exactly, as the docs write them
+/// (`24h`, `90s`, `500ms`); humantime's form for sub-millisecond parts.
+pub fn duration_text(d: Duration) -> String {
+    let ms = d.as_millis();
+    if d.is_zero() {
+        "0s".into()
+    } else if !d.subsec_nanos().is_multiple_of(1_000_000) {
+        humantime::format_duration(d).to_string()
+    } else if ms.is_multiple_of(3_600_000) {
+        format!("{}h", ms / 3_600_000)
+    } else if ms.is_multiple_of(60_000) {
+        format!("{}m", ms / 60_000)
+    } else if ms.is_multiple_of(1000) {
+        format!("{}s", ms / 1000)
+    } else {
+        format!("{ms}ms")
+    }
+}
+
 impl Value for Duration {
     const EXPECTED: &'static str = "a duration such as \"500ms\", \"30s\", \"5m\" or \"24h\"";
     fn parse(text: &str) -> Result<Self, String> {
-        humantime::parse_duration(text.trim()).map_err(|e| {
-            let e = e.to_string();
-            format!("{e}: expected {}", Self::EXPECTED)
-        })
+        humantime::parse_duration(text.trim())
+            .map_err(|_| format!("{:?} is not {}", text.trim(), Self::EXPECTED))
     }
     fn from_raw(raw: Raw<'_>) -> Result<Self, String> {
         match raw {
@@ -678,7 +698,7 @@ impl Value for Duration {
         }
     }
     fn to_toml(&self) -> String {
-        toml::Value::String(humantime::format_duration(*self).to_string()).to_string()
+        toml::Value::String(duration_text(*self)).to_string()
     }
 }
 
@@ -898,6 +918,17 @@ fn duration_at_least(v: Duration, zero_disables: bool) -> Limit<Duration> {
     }
 }
 
+/// Smallest non-zero `orphan_grace`.
+pub const MIN_ORPHAN_GRACE: Duration = Duration::from_secs(1);
+
+fn orphan_grace_limit(v: Duration) -> Limit<Duration> {
+    if !v.is_zero() && v < MIN_ORPHAN_GRACE {
+        Limit::Raised(MIN_ORPHAN_GRACE, "below the minimum 1s".into())
+    } else {
+        Limit::Fine
+    }
+}
+
 fn non_empty<T>(v: &[T]) -> Limit<Vec<T>> {
     if v.is_empty() {
         Limit::Refused("nothing to listen on: give at least one address".into())
@@ -937,6 +968,29 @@ impl Layer {
         let table: Table = toml::from_str(text).map_err(|e| {
             let line = e.span().map(|s| at(s.start)).unwrap_or(1);
             let msg = e.message().lines().next().unwrap_or("invalid TOML").trim();
+            // Name a repeated key, and where it was first set.
+            let key = e
+                .span()
+                .and_then(|s| text.get(s))
+                .map(|k| k.trim().trim_matches('"').to_string())
+                .filter(|k| !k.is_empty() && msg.contains("duplicate key"));
+            let msg = match key {
+                Some(key) => {
+                    let first = text.lines().position(|l| {
+                        l.trim_start()
+                            .trim_start_matches('"')
+                            .strip_prefix(key.as_str())
+                            .is_some_and(|r| {
+                                r.trim_start_matches('"').trim_start().starts_with('=')
+                            })
+                    });
+                    match first.map(|i| i + 1).filter(|&f| f < line) {
+                        Some(f) => format!("duplicate key `{key}` (first set on line {f})"),
+                        None => format!("duplicate key `{key}`"),
+                    }
+                }
+                None => msg.to_string(),
+            };
             ConfigError::Invalid(format!("{}:{line}: {msg}", path.display()))
         })?;
         let mut layer = Layer::default();
@@ -977,6 +1031,43 @@ fn suggest(name: &str) -> Option<&'static str> {
         .filter(|(score, _)| *score > 0.8)
         .max_by(|a, b| a.0.total_cmp(&b.0))
         .map(|(_, k)| k)
+}
+
+/// Notes on `AHPTY_*` variables among `names` that ahpty does not know (a typo would
+/// otherwise be ignored silently), with the closest setting's variable when one is close.
+pub fn unknown_env_notes(names: impl Iterator<Item = std::ffi::OsString>) -> Vec<String> {
+    let known = [
+        TOKEN_ENV,
+        CONFIG_ENV,
+        TERMINAL_ENV,
+        HOST_ID_ENV,
+        EXE_ENV,
+        URL_ENV,
+    ];
+    let mut notes = Vec::new();
+    for name in names {
+        let Some(name) = name.to_str().map(str::to_string) else {
+            continue;
+        };
+        let Some(rest) = name.strip_prefix(ENV_PREFIX) else {
+            continue;
+        };
+        // AHPTY_SI_*: shell integration's own, inside terminals.
+        if known.contains(&name.as_str())
+            || rest.starts_with("SI_")
+            || KEYS.iter().any(|k| k.env() == name)
+        {
+            continue;
+        }
+        let hint = match suggest(&rest.to_ascii_lowercase()) {
+            Some(k) => format!(" (did you mean ${}?)", env_name(k)),
+            None => String::new(),
+        };
+        notes.push(format!(
+            "${name} is not an ahpty setting and is ignored{hint}"
+        ));
+    }
+    notes
 }
 
 /// The config file in use and how it was chosen.
@@ -1364,8 +1455,17 @@ impl std::str::FromStr for Listen {
             }
             return Ok(Listen::Unix(PathBuf::from(path)));
         }
+        // `localhost` is the one host name understood: loopback, IPv4.
+        if let Some(port) = s.strip_prefix("localhost:") {
+            if let Ok(port) = port.parse::<u16>() {
+                return Ok(Listen::Tcp(SocketAddr::from(([127, 0, 0, 1], port))));
+            }
+        }
         s.parse::<SocketAddr>().map(Listen::Tcp).map_err(|_| {
-            format!("{s:?} is neither host:port (e.g. 127.0.0.1:8765, [::1]:8765) nor unix:PATH")
+            format!(
+                "{s:?} is neither an IP address and port (e.g. 127.0.0.1:8765, [::1]:8765, \
+                 localhost:8765; other host names are not resolved) nor unix:PATH"
+            )
         })
     }
 }
@@ -1400,11 +1500,10 @@ impl Token {
         Ok(Token(value))
     }
 
-    /// A fresh random token: 32 bytes from the kernel's CSPRNG, hex-encoded.
+    /// A fresh random token: 32 bytes from the kernel's CSPRNG (`getrandom(2)`), hex-encoded.
     pub fn generate() -> std::io::Result<Token> {
-        use std::io::Read;
         let mut bytes = [0u8; 32];
-        std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+        getrandom::fill(&mut bytes)?;
         Ok(Token(bytes.iter().map(|b| format!("{b:02x}")).collect()))
     }
 

@@ -6,8 +6,12 @@
 //! (JSON-RPC framing and the method table) and reach the same host. [`client`] is the other
 //! side: the CLI's subcommands (`ls`, `attach`, `run`, `logs`, …) talking to a daemon through
 //! the official `ahp` client.
+//!
+//! Imports run one way, downwards (docs/architecture.md): server → rpc → host → terminal, with
+//! codec and config below.
 
 pub mod client;
+pub mod codec;
 pub mod config;
 pub mod host;
 pub mod rpc;

@@ -1,6 +1,8 @@
 //! The `ahpty` command line: parse arguments, set up logging, call into the library. Every
 //! setting's default, limit and documentation lives in `ahpty::config`; this file only
 //! declares the flags and hands what was given to `config::load`.
+//!
+//! May touch: argv, stdout/stderr, the tracing subscriber; everything else is the library's.
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -17,9 +19,10 @@ use tracing_subscriber::EnvFilter;
 
 /// Serve Agent Host Protocol (AHP) 1.0 terminals over WebSocket.
 #[derive(Parser)]
-#[command(name = "ahpty", version, about, after_help = AFTER_HELP)]
+#[command(name = "ahpty", version, about, long_about = TOP_ABOUT, after_help = TOP_AFTER_HELP)]
 struct Cli {
-    /// More log output (-v debug, -vv trace); RUST_LOG overrides.
+    /// More log output: -v ahpty's debug messages, -vv its trace messages, -vvv those of
+    /// its libraries too; RUST_LOG overrides.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     verbose: u8,
     #[command(subcommand)]
@@ -28,15 +31,56 @@ struct Cli {
 
 const AFTER_HELP: &str = "Settings come from flags, then AHPTY_* variables, then \
 $XDG_CONFIG_HOME/ahpty/config.toml (keys named like the flags), then defaults: \
-`ahpty config` shows which. Exit status 2: the settings are wrong as written; 1: the daemon \
-could not start or stopped on an error.";
+`ahpty config` shows which. Exit status 2: the settings are wrong, or name a file that cannot \
+be used (also a usage error); 1: the daemon could not start (e.g. an address in use) or \
+stopped on an error.";
+
+const TOP_ABOUT: &str = "Serve Agent Host Protocol (AHP) 1.0 terminals over WebSocket.
+
+ahpty is a daemon hosting pseudo-terminals (shells, dev servers, builds) for AI agents, \
+editors (VS Code's remote agent hosts) and scripts: they connect over WebSocket (TCP, with a \
+token, or the owner-only Unix socket), create terminals, type into them and watch their \
+output; terminals keep running when a client goes away. `ahpty serve` runs the daemon (as a \
+systemd user service: `ahpty service install`); ls, attach, new, send, kill, run and logs use \
+it from the shell.
+
+Examples:
+  ahpty serve
+  ahpty ls
+  ahpty attach 3
+  ahpty run -- make test";
+
+const TOP_AFTER_HELP: &str = "The daemon: `ahpty serve` (settings: `ahpty help serve`). The \
+client commands (ls, attach, new, send, kill, run, logs) find it on its default socket, \
+$XDG_RUNTIME_DIR/ahpty/ahpty.sock, or at --url / $AHPTY_URL.
+
+Exit status: serve and config exit 2 when the settings are wrong, 1 when the daemon could not \
+start. The client commands exit 2 when no daemon can be reached (or on a usage error), 1 when \
+the daemon refused or no terminal matches, 255 when the connection was lost; attach and run \
+exit with the remote program's status.";
+
+const SERVE_ABOUT: &str = "Run the daemon in the foreground: it listens on the --listen \
+addresses (TCP) and on its default Unix socket, prints one connect URL per TCP listener on \
+stdout (ws://HOST:PORT?tkn=TOKEN when it generated the token), logs to stderr, and stops \
+cleanly on SIGINT or SIGTERM (its terminals are hung up, every connection is closed with code \
+1001). As a systemd user service: `ahpty service install` (docs/service.md).
+
+Examples:
+  ahpty serve
+  ahpty serve --listen 127.0.0.1:8765 --token-file ~/.config/ahpty/token
+  ahpty serve --listen 127.0.0.1:0 --no-socket     # a second, private daemon";
+
+/// Footer of every client subcommand's help.
+const CLIENT_AFTER_HELP: &str = "Exit status: 0 done; 1 the daemon refused, or no terminal \
+matches, or the selection is ambiguous; 2 no daemon reachable (none running, wrong URL or \
+token) or a usage error; 255 the connection was lost.";
 
 #[derive(Subcommand)]
 // Parsed once per process: the size difference between the variants does not matter.
 #[allow(clippy::large_enum_variant)]
 enum Command {
     /// Run the daemon.
-    #[command(after_help = AFTER_HELP)]
+    #[command(long_about = SERVE_ABOUT, after_help = AFTER_HELP)]
     Serve(ServeArgs),
     /// Print the settings `serve` would use, each with where it came from: a flag, an
     /// environment variable, FILE:LINE of the config file, or the default.
@@ -260,7 +304,11 @@ impl ServeArgs {
     /// Resolves flags, environment, config file and defaults.
     fn load(&self) -> Result<Loaded, ConfigError> {
         let env = |name: &str| std::env::var_os(name);
-        config::load(&self.layer(), self.config.as_deref(), &env)
+        let mut loaded = config::load(&self.layer(), self.config.as_deref(), &env)?;
+        loaded.notes.extend(config::unknown_env_notes(
+            std::env::vars_os().map(|(name, _)| name),
+        ));
+        Ok(loaded)
     }
 }
 
@@ -272,12 +320,15 @@ fn main() -> ExitCode {
     // process ever inherits it.
     let env_token = std::env::var(TOKEN_ENV).ok();
     std::env::remove_var(TOKEN_ENV);
+    // Runs inside a terminal on behalf of `ahpty run`: not a subcommand of the interface (no
+    // help, completion or man page), no logging of its own.
+    let mut args = std::env::args_os().skip(1);
+    if args.next().as_deref() == Some(std::ffi::OsStr::new(ahpty::client::wrapper::SUBCOMMAND)) {
+        let words: Vec<std::ffi::OsString> = args.collect();
+        return ExitCode::from(ahpty::client::wrapper::run_wrapper(&words));
+    }
     let cli = Cli::parse();
     match cli.command {
-        // Runs inside a terminal on behalf of `ahpty run`: no logging of its own.
-        Command::Client(ClientCommand::RunWrapper(w)) => {
-            ExitCode::from(ahpty::client::wrapper::run_wrapper(&w.words))
-        }
         Command::Client(command) => {
             // The client subcommands report failures as one line of their own.
             init_tracing_at(cli.verbose, "error");
@@ -293,7 +344,7 @@ fn main() -> ExitCode {
             ExitCode::from(code)
         }
         Command::UpgradeCheck { args } => upgrade_check(args, env_token),
-        Command::Config(args) => print_config(&args, env_token.is_some()),
+        Command::Config(args) => print_config(&args, env_token),
         Command::Service { action } => {
             let mut out = std::io::stdout().lock();
             let result = match action {
@@ -329,9 +380,10 @@ fn init_tracing(verbose: u8) {
 /// [`init_tracing`] with `quiet` as the level without `-v`.
 fn init_tracing_at(verbose: u8, quiet: &str) {
     let default_level = match verbose {
-        0 => quiet,
-        1 => "debug",
-        _ => "trace",
+        0 => quiet.to_string(),
+        1 => format!("{quiet},ahpty=debug"),
+        2 => format!("{quiet},ahpty=trace"),
+        _ => "trace".to_string(),
     };
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
@@ -379,6 +431,33 @@ fn fail(e: &ConfigError) -> ExitCode {
     ExitCode::from(e.exit_code())
 }
 
+/// Settings resolved and checked as `serve` checks them before binding anything: the token
+/// file read, `no_auth` and tokens against the listeners' addresses, the TLS files loaded.
+/// Every refusal is a settings mistake, exit status 2 (systemd does not restart on it).
+struct Checked {
+    config: config::Config,
+    /// Warnings of the resolution (an exposed token file…); those of the listener checks are
+    /// logged by `Server::bind` itself.
+    warnings: Vec<String>,
+    /// The listener checks' warnings, for `ahpty config`.
+    exposure: Vec<String>,
+}
+
+/// Runs the start-time checks on loaded settings; the refusal is one line (exit status 2).
+fn check(loaded: &Loaded, env_token: Option<String>) -> Result<Checked, String> {
+    let (config, warnings) = loaded
+        .settings
+        .clone()
+        .into_config(env_token)
+        .map_err(|e| e.to_string())?;
+    let exposure = ahpty::server::check_settings(&config)?;
+    Ok(Checked {
+        config,
+        warnings,
+        exposure,
+    })
+}
+
 /// `ahpty upgrade-check -- ARGS…`: parses ARGS as this binary's `serve` would (settings
 /// included) and prints the hand-over formats it reads; exit status 1 with one line on stderr
 /// if it cannot.
@@ -403,8 +482,9 @@ fn upgrade_check(args: Vec<std::ffi::OsString>, env_token: Option<String>) -> Ex
         Ok(l) => l,
         Err(e) => return fail(&e),
     };
-    if let Err(e) = loaded.settings.into_config(env_token) {
-        return fail(&e);
+    if let Err(m) = check(&loaded, env_token) {
+        eprintln!("ahpty: {m}");
+        return ExitCode::from(2);
     }
     match serde_json::to_string(&ahpty::upgrade::CheckAnswer::own()) {
         Ok(json) => {
@@ -443,14 +523,17 @@ fn serve(
             return fail(&e);
         }
     };
-    let (file, notes) = (loaded.file.clone(), loaded.notes.clone());
-    let (config, warnings) = match loaded.settings.into_config(env_token) {
+    let Checked {
+        config, warnings, ..
+    } = match check(&loaded, env_token) {
         Ok(c) => c,
-        Err(e) => {
-            abandon(&e.to_string());
-            return fail(&e);
+        Err(m) => {
+            abandon(&m);
+            eprintln!("ahpty: {m}");
+            return ExitCode::from(2);
         }
     };
+    let (file, notes) = (loaded.file.clone(), loaded.notes.clone());
     if let Some(file) = file.filter(|f| f.found) {
         tracing::info!("settings from {}", file.path.display());
     }
@@ -517,8 +600,8 @@ fn serve(
                 server
             }
             None => {
-                let server = ahpty::Server::bind(&config).await?;
-                announce(&server, &config);
+                let mut server = ahpty::Server::bind(&config).await?;
+                announce(&mut server, &config);
                 server
             }
         };
@@ -548,12 +631,13 @@ fn serve(
 /// Once every listener is bound: the connect URL(s) on stdout (never in the log; VS Code's
 /// SSH flow scrapes `ws://127.0.0.1:PORT?tkn=TOKEN` from here), then readiness to systemd
 /// (`READY=1` with a `STATUS=` line, when `$NOTIFY_SOCKET` is set).
-fn announce(server: &ahpty::Server, config: &config::Config) {
+fn announce(server: &mut ahpty::Server, config: &config::Config) {
     let urls = server.connect_urls();
     // Under systemd, stdout is the journal: a generated token would be stored there, so only
     // the address is printed.
     let hide_token = server.token_generated() && service::is_journal(&std::io::stdout());
     if hide_token && !urls.is_empty() {
+        server.withhold_token();
         tracing::warn!(
             "stdout is the journal, so the generated token is not printed: give the daemon a \
              token_file to reach it over TCP (see docs/service.md); the Unix socket needs none"
@@ -588,12 +672,19 @@ fn announce(server: &ahpty::Server, config: &config::Config) {
 }
 
 /// `ahpty config`: every setting in TOML syntax, each with its origin as a comment.
-fn print_config(args: &ServeArgs, env_token: bool) -> ExitCode {
+fn print_config(args: &ServeArgs, env_token: Option<String>) -> ExitCode {
+    let has_env_token = env_token.is_some();
     let loaded = match args.load() {
         Ok(l) => l,
         Err(e) => return fail(&e),
     };
-    let auth = match loaded.settings.auth_plan(env_token) {
+    // The settings are printed even when serve would refuse them; the refusal follows on
+    // stderr (exit status 2).
+    let (warnings, exposure, refusal) = match check(&loaded, env_token) {
+        Ok(c) => (c.warnings, c.exposure, None),
+        Err(m) => (Vec::new(), Vec::new(), Some(m)),
+    };
+    let auth = match loaded.settings.auth_plan(has_env_token) {
         Ok(a) => a,
         Err(e) => return fail(&e),
     };
@@ -640,15 +731,32 @@ fn print_config(args: &ServeArgs, env_token: bool) -> ExitCode {
     for note in &loaded.notes {
         out.push_str(&format!("# note: {note}\n"));
     }
+    for warning in warnings.iter().chain(&exposure) {
+        out.push_str(&format!(
+            "# warning: {}\n",
+            ahpty::client::one_line(warning)
+        ));
+    }
     debug_assert_eq!(KEYS.len(), loaded.settings.entries().len());
     let mut stdout = std::io::stdout().lock();
     let _ = stdout.write_all(out.as_bytes());
-    ExitCode::SUCCESS
+    let _ = stdout.flush();
+    match refusal {
+        Some(m) => {
+            eprintln!("ahpty: serve would refuse these settings: {m}");
+            ExitCode::from(2)
+        }
+        None => ExitCode::SUCCESS,
+    }
 }
 
-/// `ahpty man [COMMAND]`.
+/// `ahpty man [COMMAND]`: clap_mangen's sections, then EXIT STATUS (from the help footer),
+/// EXAMPLES (from the long help), ENVIRONMENT and FILES.
 fn print_man(command: Option<&str>) -> ExitCode {
-    let cmd = Cli::command();
+    // `help` is a subcommand of the parser, not a page of its own.
+    let mut cmd = Cli::command().disable_help_subcommand(true);
+    // Global options (-v) appear on every page.
+    cmd.build();
     let page = match command {
         None => cmd,
         Some(name) => match cmd.find_subcommand(name) {
@@ -658,6 +766,7 @@ fn print_man(command: Option<&str>) -> ExitCode {
                     .name(full)
                     .bin_name(format!("ahpty {name}"))
                     .version(env!("CARGO_PKG_VERSION"))
+                    .disable_version_flag(true)
             }
             None => {
                 let names: Vec<&str> = cmd.get_subcommands().map(|s| s.get_name()).collect();
@@ -669,13 +778,154 @@ fn print_man(command: Option<&str>) -> ExitCode {
             }
         },
     };
-    let mut out = Vec::new();
-    if let Err(e) = clap_mangen::Man::new(page).render(&mut out) {
-        eprintln!("ahpty: cannot render the man page: {e}");
-        return ExitCode::from(1);
+    match render_man(page, command) {
+        Ok(out) => {
+            let _ = std::io::stdout().lock().write_all(&out);
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("ahpty: cannot render the man page: {e}");
+            ExitCode::from(1)
+        }
     }
-    let _ = std::io::stdout().lock().write_all(&out);
-    ExitCode::SUCCESS
+}
+
+fn render_man(page: clap::Command, command: Option<&str>) -> std::io::Result<Vec<u8>> {
+    use roff::{bold, roman, Roff};
+    let long = page
+        .get_long_about()
+        .or(page.get_about())
+        .map(|s| s.to_string())
+        .unwrap_or_default();
+    let (description, examples) = match long.split_once("\n\nExamples:\n") {
+        Some((d, e)) => (d.to_string(), e.to_string()),
+        None => (long.clone(), String::new()),
+    };
+    let footer = page
+        .get_after_help()
+        .map(|s| s.to_string())
+        .unwrap_or_default();
+    let (notes, status) = match footer.find("Exit status") {
+        Some(i) => (footer[..i].trim().to_string(), footer[i..].to_string()),
+        None => (footer.trim().to_string(), String::new()),
+    };
+    let page = page
+        .long_about(description)
+        .after_help(None::<&str>)
+        .after_long_help(None::<&str>);
+    let man = clap_mangen::Man::new(page.clone());
+    let mut out = Vec::new();
+    man.render_title(&mut out)?;
+    man.render_name_section(&mut out)?;
+    man.render_synopsis_section(&mut out)?;
+    man.render_description_section(&mut out)?;
+    man.render_options_section(&mut out)?;
+    if page.has_subcommands() {
+        man.render_subcommands_section(&mut out)?;
+    }
+    let mut roff = Roff::new();
+    let paragraphs = |roff: &mut Roff, text: &str| {
+        for para in text.split("\n\n").filter(|p| !p.trim().is_empty()) {
+            roff.control("PP", []);
+            roff.text([roman(para.replace('\n', " "))]);
+        }
+    };
+    if !notes.is_empty() {
+        roff.control("SH", ["NOTES"]);
+        paragraphs(&mut roff, &notes);
+    }
+    if !status.is_empty() {
+        roff.control("SH", ["EXIT STATUS"]);
+        paragraphs(&mut roff, &status);
+    }
+    if !examples.is_empty() {
+        roff.control("SH", ["EXAMPLES"]);
+        roff.control("nf", []);
+        for line in examples.lines() {
+            roff.text([roman(line.trim_start())]);
+        }
+        roff.control("fi", []);
+    }
+    let client = !matches!(
+        command,
+        Some("serve" | "config" | "service" | "completions" | "man")
+    );
+    let daemon = matches!(command, None | Some("serve" | "config"));
+    let mut env: Vec<(&str, &str)> = Vec::new();
+    if client {
+        env.push((
+            "AHPTY_URL",
+            "The daemon the client commands talk to (like --url): ws://HOST:PORT?tkn=TOKEN, \
+             wss://…, or unix:PATH.",
+        ));
+        env.push((
+            "AHPTY_TOKEN",
+            "The token sent to a ws:// URL without tkn (client commands); the token the daemon \
+             requires (serve).",
+        ));
+    }
+    if daemon {
+        env.push((
+            "AHPTY_*",
+            "Every serve setting, named like its flag (AHPTY_LISTEN, AHPTY_TOKEN_FILE, …): \
+             below flags, above the config file.",
+        ));
+        env.push((
+            "AHPTY_CONFIG",
+            "The config file to read instead of the default.",
+        ));
+        env.push((
+            "XDG_CONFIG_HOME",
+            "Where the config file is looked for (default ~/.config).",
+        ));
+    }
+    if client || daemon {
+        env.push((
+            "XDG_RUNTIME_DIR",
+            "Where the default socket lives (unset: /tmp/ahpty-$UID/).",
+        ));
+        env.push(("RUST_LOG", "Log filter (overrides -v), e.g. ahpty=debug."));
+    }
+    if !env.is_empty() {
+        roff.control("SH", ["ENVIRONMENT"]);
+        for (name, what) in env {
+            roff.control("TP", []);
+            roff.text([bold(name)]);
+            roff.text([roman(what)]);
+        }
+    }
+    let mut files: Vec<(&str, &str)> = Vec::new();
+    if daemon || command == Some("service") {
+        files.push((
+            "$XDG_CONFIG_HOME/ahpty/config.toml",
+            "The settings file (TOML, keys named like the flags); `ahpty config` shows what \
+             is used.",
+        ));
+    }
+    if daemon || client {
+        files.push((
+            "$XDG_RUNTIME_DIR/ahpty/ahpty.sock",
+            "The daemon's default Unix socket (owner-only; no token needed), where the client \
+             commands look first.",
+        ));
+    }
+    if matches!(command, None | Some("service")) {
+        files.push((
+            "$XDG_CONFIG_HOME/systemd/user/ahpty.service",
+            "The user unit `ahpty service install` writes.",
+        ));
+    }
+    if !files.is_empty() {
+        roff.control("SH", ["FILES"]);
+        for (name, what) in files {
+            roff.control("TP", []);
+            roff.text([bold(name)]);
+            roff.text([roman(what)]);
+        }
+    }
+    roff.to_writer(&mut out)?;
+    man.render_version_section(&mut out)?;
+    Ok(out)
 }
 
 /// Completes on SIGINT or SIGTERM (and tells systemd the daemon is stopping). The handlers are
@@ -710,35 +960,33 @@ struct TargetArgs {
     /// The daemon: ws://HOST:PORT?tkn=TOKEN, wss://HOST:PORT?tkn=TOKEN or unix:PATH
     /// [default: the default socket, $XDG_RUNTIME_DIR/ahpty/ahpty.sock, else
     /// /tmp/ahpty-$UID/ahpty.sock]. A ws:// URL without `tkn` sends $AHPTY_TOKEN, if set.
-    #[arg(long, value_name = "URL", env = "AHPTY_URL")]
+    #[arg(long, value_name = "URL", env = "AHPTY_URL", hide_env_values = true)]
     url: Option<String>,
 }
 
 #[derive(Subcommand)]
 enum ClientCommand {
     /// List the daemon's terminals.
-    #[command(long_about = LS_ABOUT)]
+    #[command(long_about = LS_ABOUT, after_help = CLIENT_AFTER_HELP)]
     Ls(LsArgs),
     /// Use a terminal from this one (detach with Ctrl-\).
-    #[command(long_about = ATTACH_ABOUT)]
+    #[command(long_about = ATTACH_ABOUT, after_help = REMOTE_AFTER_HELP)]
     Attach(AttachArgs),
     /// Create a terminal running the daemon's shell; prints its URI.
-    #[command(long_about = NEW_ABOUT)]
+    #[command(long_about = NEW_ABOUT, after_help = CLIENT_AFTER_HELP)]
     New(NewArgs),
     /// Type text into a terminal.
-    #[command(long_about = SEND_ABOUT)]
+    #[command(long_about = SEND_ABOUT, after_help = CLIENT_AFTER_HELP)]
     Send(SendArgs),
     /// Dispose of a terminal (its processes are killed).
+    #[command(long_about = KILL_ABOUT, after_help = CLIENT_AFTER_HELP)]
     Kill(KillArgs),
     /// Run a command in a fresh terminal; its output on stdout, its exit status as ours.
-    #[command(long_about = RUN_ABOUT)]
+    #[command(long_about = RUN_ABOUT, after_help = REMOTE_AFTER_HELP)]
     Run(RunArgs),
     /// Print a terminal's retained output (and follow it with -f).
-    #[command(long_about = LOGS_ABOUT)]
+    #[command(long_about = LOGS_ABOUT, after_help = CLIENT_AFTER_HELP)]
     Logs(LogsArgs),
-    /// (internal) The program `ahpty run` starts inside the terminal.
-    #[command(name = "__run", hide = true)]
-    RunWrapper(RunWrapperArgs),
 }
 
 const TERMINAL_HELP: &str = "The terminal: its number in `ahpty ls`, its title, its URI, or a \
@@ -746,7 +994,7 @@ const TERMINAL_HELP: &str = "The terminal: its number in `ahpty ls`, its title, 
 
 const LS_ABOUT: &str = "List the daemon's terminals: number (what `attach 3` selects), title, \
 status (running, or exited with its code), the client holding the claim (\"(away)\" when it has \
-no connection), size, age, working directory and URI.
+no connection; never for ahpty-cli, the CLI itself, which connects only while a command runs), size, age, working directory and URI.
 
 Examples:
   ahpty ls
@@ -781,11 +1029,13 @@ Examples:
   t=$(ahpty new) && ahpty send \"$t\" 'make' --enter";
 
 const SEND_ABOUT: &str = "Type TEXT into a terminal, exactly as given (add --enter for the \
-Return key). Fails when the daemon rejects the input (e.g. the terminal has exited).
+Return key); TEXT `-` reads the text from stdin. Fails when the daemon rejects the input \
+(e.g. the terminal has exited).
 
 Examples:
   ahpty send build 'make test' --enter
-  ahpty send 3 $'\\x03'        # Ctrl-C";
+  ahpty send 3 $'\\x03'        # Ctrl-C
+  ahpty send build - < commands.txt";
 
 const RUN_ABOUT: &str = "Run CMD ARG... in a fresh terminal (a real pty, the daemon's shell \
 environment) and exit with its exit status, like running it here: stdout gets the command's \
@@ -793,13 +1043,27 @@ output (stdout and stderr, which share the terminal) and nothing else — no pro
 command line. The arguments are passed as they are, without a shell: quote for your own shell \
 only. The terminal is disposed of afterwards unless --keep.
 
-Ctrl-C is passed on to the command. A command killed by signal N exits with 128+N; 127 means \
-the program was not found.
+stdin is typed into the terminal as it comes (like `ssh host cmd`), and its end is sent as \
+Ctrl-D: with stdin from /dev/null a program that reads gets EOF at once. Ctrl-C is passed on \
+to the command. A command killed by signal N exits with 128+N; 127 means the program was not \
+found. With --keep, the kept terminal's number and URI are printed on stderr.
 
 Examples:
   ahpty run -- make test
   ahpty run --cwd /srv/app -- sh -c 'npm ci && npm test'
   ahpty run --keep -- ./long-job.sh; ahpty logs ./long-job.sh";
+
+/// Footer of `attach` and `run`, which exit with the remote program's status.
+const REMOTE_AFTER_HELP: &str = "Exit status: the remote program's exit status (128+N when a \
+signal N ended it); 1 the daemon refused, the terminal was disposed, or no terminal matches; 2 \
+no daemon reachable or a usage error; 255 the connection was lost.";
+
+const KILL_ABOUT: &str = "Dispose of a terminal: its shell and everything running in it get \
+SIGHUP, then SIGKILL after the daemon's kill_grace; it disappears from `ahpty ls`.
+
+Examples:
+  ahpty kill build
+  ahpty kill 3";
 
 const LOGS_ABOUT: &str = "Print a terminal's retained output (its scrollback, raw terminal \
 output with escape sequences), then with --follow its live output until it exits. --plain \
@@ -821,9 +1085,9 @@ struct LsArgs {
 #[derive(clap::Args)]
 struct AttachOpts {
     /// The key that detaches: ctrl-a … ctrl-z, ctrl-\, ctrl-], ctrl-^, ctrl-_, ctrl-@ (or
-    /// ^X), or `none`.
-    #[arg(long, value_name = "KEY", default_value = "ctrl-\\")]
-    detach_key: ahpty::client::attach::DetachKey,
+    /// ^X), or `none` [default: ctrl-\].
+    #[arg(long, value_name = "KEY")]
+    detach_key: Option<ahpty::client::attach::DetachKey>,
     /// Watch only: send no keys and no window size.
     #[arg(long)]
     read_only: bool,
@@ -836,7 +1100,10 @@ struct AttachOpts {
 impl AttachOpts {
     fn options(&self) -> ahpty::client::attach::AttachOptions {
         ahpty::client::attach::AttachOptions {
-            detach_key: self.detach_key.0,
+            detach_key: self
+                .detach_key
+                .as_ref()
+                .map_or(Some(ahpty::client::attach::DEFAULT_DETACH_KEY), |k| k.0),
             read_only: self.read_only,
             take: self.take,
         }
@@ -855,9 +1122,15 @@ struct AttachArgs {
 
 #[derive(clap::Args)]
 struct NewArgs {
-    /// Title of the terminal [default: the shell's name].
+    /// Name of the terminal, its title for good: titles its programs set (OSC 0/2) do not
+    /// replace it, so `ahpty send NAME` keeps finding it [default: no name; the title is the
+    /// shell's name, then what its programs set].
     #[arg(long, value_name = "NAME")]
     name: Option<String>,
+    /// Create the terminal even when another one already has this --name (selecting by the
+    /// name is then ambiguous; use numbers or URIs).
+    #[arg(long, requires = "name")]
+    force: bool,
     /// Working directory [default: the current directory].
     #[arg(long, value_name = "DIR")]
     cwd: Option<PathBuf>,
@@ -874,7 +1147,8 @@ struct NewArgs {
 struct SendArgs {
     #[arg(value_name = "TERMINAL", help = TERMINAL_HELP)]
     terminal: String,
-    /// The text to type, sent as it is (escape sequences and control characters included).
+    /// The text to type, sent as it is (escape sequences and control characters included);
+    /// `-` reads it from stdin (any size).
     #[arg(value_name = "TEXT", allow_hyphen_values = true)]
     text: String,
     /// Press Return after the text (a carriage return, "\r").
@@ -900,13 +1174,9 @@ struct RunArgs {
     /// Keep the terminal afterwards (with its shell, at a prompt) instead of disposing of it.
     #[arg(long)]
     keep: bool,
-    /// The command and its arguments (after `--`).
-    #[arg(
-        value_name = "CMD",
-        required = true,
-        trailing_var_arg = true,
-        allow_hyphen_values = true
-    )]
+    /// The command and its arguments (after `--`; words after CMD are its arguments, even
+    /// when they start with `-`).
+    #[arg(value_name = "CMD", required = true, trailing_var_arg = true)]
     command: Vec<std::ffi::OsString>,
     #[command(flatten)]
     target: TargetArgs,
@@ -926,12 +1196,6 @@ struct LogsArgs {
     target: TargetArgs,
 }
 
-#[derive(clap::Args)]
-struct RunWrapperArgs {
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-    words: Vec<std::ffi::OsString>,
-}
-
 /// Runs a client subcommand; `token` is `$AHPTY_TOKEN` (taken out of the environment).
 fn client_main(command: ClientCommand, token: Option<String>) -> ExitCode {
     use ahpty::client::{self, Target};
@@ -947,6 +1211,7 @@ fn client_main(command: ClientCommand, token: Option<String>) -> ExitCode {
             ClientCommand::New(a) => {
                 let opts = client::new::NewOptions {
                     name: a.name,
+                    force: a.force,
                     cwd: a.cwd,
                     attach: a.attach.then(|| a.attach_opts.options()),
                 };
@@ -969,7 +1234,6 @@ fn client_main(command: ClientCommand, token: Option<String>) -> ExitCode {
             ClientCommand::Logs(a) => {
                 client::logs::logs(&target(&a.target)?, token, &a.terminal, a.follow, a.plain).await
             }
-            ClientCommand::RunWrapper(w) => Ok(client::wrapper::run_wrapper(&w.words)),
         }
     });
     ExitCode::from(code)

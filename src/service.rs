@@ -152,24 +152,33 @@ pub fn uninstall(out: &mut dyn Write) -> io::Result<u8> {
         return Ok(0);
     }
     let systemctl = systemctl();
-    if let Some(sc) = &systemctl {
-        if !run(out, sc, &["disable", "--now", UNIT_NAME])? {
-            return Ok(1);
-        }
-    }
+    // The file goes whatever systemd says (e.g. no user manager in a container): the
+    // command must be able to undo its own install.
+    let disabled = match &systemctl {
+        Some(sc) => run(out, sc, &["disable", "--now", UNIT_NAME])?,
+        None => false,
+    };
     std::fs::remove_file(&path)
         .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
     writeln!(out, "removed {}", path.display())?;
     match &systemctl {
-        Some(sc) => Ok(if run(out, sc, &["daemon-reload"])? {
-            0
-        } else {
-            1
-        }),
+        Some(sc) => {
+            let reloaded = run(out, sc, &["daemon-reload"])?;
+            if !disabled {
+                writeln!(
+                    out,
+                    "systemd could not disable the service (no systemd user manager?): the unit \
+                     file is removed anyway; where the manager runs, `systemctl --user stop \
+                     {UNIT_NAME}` stops a running daemon"
+                )?;
+            }
+            Ok(if disabled && reloaded { 0 } else { 1 })
+        }
         None => {
             writeln!(
                 out,
-                "systemctl is not on PATH; where systemd runs, finish with:\n  \
+                "systemctl is not on PATH, so nothing was stopped or disabled; if a systemd user \
+                 manager had the service enabled, clean up there with:\n  \
                  systemctl --user disable --now {UNIT_NAME}\n  systemctl --user daemon-reload"
             )?;
             Ok(2)
@@ -204,10 +213,18 @@ pub fn status(out: &mut dyn Write) -> io::Result<u8> {
     let status = Command::new(systemctl)
         .args(["--user", "status", UNIT_NAME])
         .status()?;
-    Ok(status
+    let code = status
         .code()
         .and_then(|c| u8::try_from(c).ok())
-        .unwrap_or(1))
+        .unwrap_or(1);
+    if !matches!(code, 0 | 3 | 4) {
+        writeln!(
+            out,
+            "systemctl --user status failed (exit status {code}): no systemd user manager is \
+             reachable from here (it needs a login session: XDG_RUNTIME_DIR and its bus)"
+        )?;
+    }
+    Ok(code)
 }
 
 /// Whether `stream` is the systemd journal: `$JOURNAL_STREAM` (`DEVICE:INODE`) names the

@@ -205,10 +205,7 @@ impl End {
             ),
             End::Exited(None) => (Some(format!("{uri} exited")), 1),
             End::Disposed => (Some(format!("{uri} was disposed")), 1),
-            End::Lost => (
-                Some("lost the connection to the daemon".to_string()),
-                EXIT_LOST,
-            ),
+            End::Lost => (Some(Failure::lost().message), EXIT_LOST),
             End::Signal(s) => {
                 let name = nix::sys::signal::Signal::try_from(*s)
                     .map(|s| s.as_str().to_string())
@@ -235,14 +232,14 @@ struct Session {
 }
 
 /// What the loop hears from stdin.
-enum Input {
+pub(super) enum Input {
     Bytes(Vec<u8>),
     Eof,
 }
 
 /// Copies stdin to a channel from a plain thread (a blocked read cannot be cancelled; the
 /// thread simply ends with the process).
-fn spawn_stdin_reader() -> mpsc::Receiver<Input> {
+pub(super) fn spawn_stdin_reader() -> mpsc::Receiver<Input> {
     let (tx, rx) = mpsc::channel(16);
     std::thread::spawn(move || {
         let mut stdin = std::io::stdin();

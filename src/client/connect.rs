@@ -7,7 +7,7 @@
 //! `UnixStream` — after checking with `SO_PEERCRED` that the daemon runs as this user (or
 //! root) — wrapped in [`UnixTransport`], an implementation of `ahp::Transport`. Then the
 //! official `ahp::Client` does everything else (`initialize` with the client id
-//! [`CLIENT_ID`]).
+//! [`CLIENT_ID`] and `clientInfo {name: "ahpty", version}`).
 //!
 //! Flow control: [`Gated`] lets at most [`MAX_UNREAD_EVENTS`] action notifications be read off
 //! the socket ahead of the subcommand consuming them (see [`Conn::next_event`]); past that the
@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ahp::ahp_types::actions::ActionEnvelope;
-use ahp::ahp_types::commands::InitializeResult;
+use ahp::ahp_types::commands::{Implementation, InitializeParams, InitializeResult};
 use ahp::{Client, ClientConfig, ClientError, ClientEventStream, SubscriptionEvent};
 use ahp::{Transport, TransportError, TransportMessage};
 use futures_util::{SinkExt, StreamExt};
@@ -44,6 +44,11 @@ use crate::host::catalog::{TerminalListing, LIST_TERMINALS};
 /// The `clientId` every `ahpty` client subcommand presents. Terminals created by `ahpty new`
 /// and `ahpty run` are claimed by it, so any later `ahpty` command is their holder.
 pub const CLIENT_ID: &str = "ahpty-cli";
+
+/// The close code of the last WebSocket close frame the daemon sent over the Unix socket (0:
+/// none): a CLI process has one connection at a time, and a lost connection is reported as
+/// a shutdown when the daemon said `1001 going away`.
+pub static CLOSE_CODE: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
 
 /// The root channel.
 pub const ROOT: &str = "ahp-root://";
@@ -174,24 +179,36 @@ impl Conn {
         }
         .map_err(|e| Failure::unreachable(format!("{}: {e}", target.describe())))?;
         let events = client.events();
-        let init = client
-            .initialize(
-                CLIENT_ID.into(),
-                vec!["1.0.0".into()],
-                subscriptions.iter().map(|s| s.to_string()).collect(),
-            )
-            .await
-            .map_err(|e| match e {
-                ClientError::Rpc(e) if e.code != -32000 => Failure::unreachable(format!(
-                    "the daemon at {} refused to initialize: {}",
-                    target.describe(),
-                    e.message
-                )),
-                _ => Failure::unreachable(format!(
-                    "the daemon at {} closed the connection during initialize",
-                    target.describe()
-                )),
-            })?;
+        let params = InitializeParams {
+            channel: ROOT.into(),
+            meta: None,
+            protocol_versions: vec!["1.0.0".into()],
+            client_id: CLIENT_ID.into(),
+            initial_subscriptions: (!subscriptions.is_empty())
+                .then(|| subscriptions.iter().map(|s| s.to_string()).collect()),
+            locale: None,
+            capabilities: None,
+            client_info: Some(Implementation {
+                name: "ahpty".into(),
+                version: Some(env!("CARGO_PKG_VERSION").into()),
+                title: None,
+            }),
+        };
+        let init: InitializeResult =
+            client
+                .request("initialize", params)
+                .await
+                .map_err(|e| match e {
+                    ClientError::Rpc(e) if e.code != -32000 => Failure::unreachable(format!(
+                        "the daemon at {} refused to initialize: {}",
+                        target.describe(),
+                        e.message
+                    )),
+                    _ => Failure::unreachable(format!(
+                        "the daemon at {} closed the connection during initialize",
+                        target.describe()
+                    )),
+                })?;
         let name = init.server_info.as_ref().map(|i| i.name.as_str());
         if name != Some("ahpty") {
             return Err(Failure::unreachable(format!(
@@ -354,17 +371,30 @@ async fn connect_ws(
                 ),
                 403 => ": the upgrade was refused (Origin or Host not allowed)".into(),
                 503 => ": the daemon is at its connection limit".into(),
-                _ => String::new(),
+                _ => " (not an ahpty daemon?)".into(),
             };
             Err(Failure::unreachable(format!(
                 "{} answered HTTP {status}{hint}",
                 target.describe()
             )))
         }
-        Err(e) => Err(Failure::unreachable(format!(
-            "cannot connect to {}: {e}",
-            target.describe()
-        ))),
+        Err(e) => {
+            let hint = match &e {
+                tungstenite::Error::Tls(_) | tungstenite::Error::Io(_)
+                    if url.starts_with("wss://") =>
+                {
+                    " (does the daemon serve TLS? Without --tls-cert it speaks plain ws://)"
+                }
+                tungstenite::Error::Protocol(_) | tungstenite::Error::HttpFormat(_) => {
+                    " (this is not a WebSocket server, so not an ahpty daemon)"
+                }
+                _ => "",
+            };
+            Err(Failure::unreachable(format!(
+                "cannot connect to {}: {e}{hint}",
+                target.describe()
+            )))
+        }
     }
 }
 
@@ -470,7 +500,13 @@ impl Transport for UnixTransport {
     async fn recv(&mut self) -> Result<Option<TransportMessage>, TransportError> {
         loop {
             match self.ws.next().await {
-                None | Some(Ok(Message::Close(_))) => return Ok(None),
+                Some(Ok(Message::Close(frame))) => {
+                    if let Some(f) = frame {
+                        CLOSE_CODE.store(u16::from(f.code), std::sync::atomic::Ordering::Relaxed);
+                    }
+                    return Ok(None);
+                }
+                None => return Ok(None),
                 Some(Err(e)) => return Err(TransportError::Io(e.to_string())),
                 Some(Ok(Message::Text(s))) => {
                     return Ok(Some(TransportMessage::Text(s.to_string())))

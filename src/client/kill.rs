@@ -1,6 +1,6 @@
 //! `ahpty kill TERMINAL`: dispose of a terminal (`disposeTerminal`): it disappears from the
 //! list and every process of its session gets SIGHUP, then SIGKILL after the daemon's
-//! `--kill-grace-ms`; returns once they are gone.
+//! `--kill-grace`; returns once they are gone.
 
 use super::{remote, Conn, Outcome, Target};
 

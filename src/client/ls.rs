@@ -131,7 +131,8 @@ pub fn table(rows: &[Row], home: Option<&str>) -> String {
         } else {
             status
         };
-        let holder = if r.holder_connected {
+        // The CLI connects only for the length of a command: its terminals are not "away".
+        let holder = if r.holder_connected || r.holder == super::connect::CLIENT_ID {
             r.holder.clone()
         } else {
             format!("{} (away)", r.holder)

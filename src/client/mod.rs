@@ -69,11 +69,17 @@ impl Failure {
         }
     }
 
-    /// Exit status 255.
+    /// Exit status 255: the connection ended; a daemon that said it was shutting down (close
+    /// code 1001) is named as such.
     pub fn lost() -> Failure {
+        let going_away = connect::CLOSE_CODE.load(std::sync::atomic::Ordering::Relaxed) == 1001;
         Failure {
             code: EXIT_LOST,
-            message: "lost the connection to the daemon".into(),
+            message: if going_away {
+                "the daemon shut down (close code 1001): its terminals were stopped".into()
+            } else {
+                "lost the connection to the daemon".into()
+            },
         }
     }
 }

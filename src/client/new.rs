@@ -2,6 +2,10 @@
 //! shell, claimed by the CLI ([`super::connect::CLIENT_ID`]), at the local window size when
 //! there is one; print its URI on stdout (or, with `--attach`, attach to it at once).
 //!
+//! A `--name` is the terminal's title for good (escape sequences from its programs do not
+//! change it), so `ahpty send NAME` keeps finding it. A name another terminal already has
+//! is refused (exit 1) unless `--force`: selecting by that name would be ambiguous.
+//!
 //! Its URI is `ahp-terminal:/<UUID v4>`; its cwd defaults to the current directory. Like any
 //! terminal whose holder has no connection, it is disposed after the daemon's
 //! `--orphan-grace` (default 24 h) without any `ahpty` client connected.
@@ -19,6 +23,8 @@ use super::{run, tty, Conn, Failure, Outcome, Target};
 pub struct NewOptions {
     /// Title.
     pub name: Option<String>,
+    /// Create it even when another terminal already has this name.
+    pub force: bool,
     /// Working directory (default: the current one).
     pub cwd: Option<PathBuf>,
     /// Attach right away, with these options.
@@ -33,6 +39,17 @@ pub async fn new(target: &Target, token: Option<&str>, opts: &NewOptions) -> Out
     }
     .map_err(|e| Failure::failed(format!("cannot determine the working directory: {e}")))?;
     let mut conn = Conn::open(target, token, &[ROOT]).await?;
+    if let (Some(name), false) = (&opts.name, opts.force) {
+        let listing = conn.list().await?;
+        if let Some(t) = listing.terminals.iter().find(|t| &t.title == name) {
+            conn.close().await;
+            return Err(Failure::failed(format!(
+                "terminal {} ({}) is already named {name:?}: pick another --name, dispose of \
+                 it first (`ahpty kill {}`), or pass --force to have two",
+                t.id, t.resource, t.id
+            )));
+        }
+    }
     let uri = format!("ahp-terminal:/{}", uuid::Uuid::new_v4());
     let mut params = json!({
         "channel": uri,
@@ -46,9 +63,16 @@ pub async fn new(target: &Target, token: Option<&str>, opts: &NewOptions) -> Out
         params["cols"] = json!(cols);
         params["rows"] = json!(rows);
     }
-    run::create(&mut conn, params, &cwd).await?;
+    run::create(&mut conn, params, &cwd, opts.cwd.is_some()).await?;
     match &opts.attach {
-        Some(a) => attach_to(conn, &uri, CLIENT_ID, a).await,
+        Some(a) => {
+            // Without a terminal, attach pipes the terminal's output to stdout: the URI goes
+            // to stderr, so the terminal can be found again.
+            if !tty::stdin_is_tty() {
+                eprintln!("ahpty: new terminal {uri}");
+            }
+            attach_to(conn, &uri, CLIENT_ID, a).await
+        }
         None => {
             println!("{uri}");
             conn.close().await;

@@ -11,9 +11,10 @@
 
 use std::io::{self, IsTerminal};
 use std::os::fd::AsRawFd;
-use std::sync::{Mutex, Once};
+use std::sync::Once;
 
 use nix::sys::termios::{self, SetArg, Termios};
+use parking_lot::Mutex;
 
 /// The termios to put back, while raw mode is on.
 static SAVED: Mutex<Option<Termios>> = Mutex::new(None);
@@ -58,9 +59,7 @@ impl RawMode {
         let original = termios::tcgetattr(&stdin).map_err(io::Error::from)?;
         let mut raw = original.clone();
         termios::cfmakeraw(&mut raw);
-        if let Ok(mut saved) = SAVED.lock() {
-            *saved = Some(original);
-        }
+        *SAVED.lock() = Some(original);
         PANIC_HOOK.call_once(|| {
             let previous = std::panic::take_hook();
             std::panic::set_hook(Box::new(move |info| {
@@ -81,10 +80,7 @@ impl Drop for RawMode {
 
 /// Puts the saved termios back (once; later calls do nothing).
 pub fn restore() {
-    let saved = match SAVED.lock() {
-        Ok(mut s) => s.take(),
-        Err(p) => p.into_inner().take(),
-    };
+    let saved = SAVED.lock().take();
     if let Some(t) = saved {
         let _ = termios::tcsetattr(io::stdin(), SetArg::TCSADRAIN, &t);
     }

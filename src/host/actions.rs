@@ -1,15 +1,17 @@
 //! Client-dispatched actions (`dispatchAction`): validated on the raw JSON, checked against
 //! the claim policy (D6), then reduced, echoed with `origin` to every subscriber and applied to
 //! the pty — or rejected to the dispatcher only, with a `rejectionReason` (D3).
+//!
+//! May touch: the store (through the host lock), subscribers' outboxes, the terminal's `Pty`
+//! (input and resize, after the lock is released).
 
 use ahp_types::actions::{ActionEnvelope, ActionOrigin, StateAction};
 use ahp_types::state::{TerminalClaim, TerminalLifecycleState};
 use serde_json::Value;
-use tokio_tungstenite::tungstenite::Utf8Bytes;
 
 use super::channel::{self, ChannelKind};
 use super::{flow, validate, ConnId, Host, Inner};
-use crate::rpc::{error, frame, version};
+use crate::codec::{self, version, Frame};
 use crate::terminal;
 
 /// Inputs of at least this many bytes are encoded before the host lock is taken.
@@ -185,7 +187,7 @@ impl Inner {
 
     /// Sends a rejected action back to its dispatcher only (decision D3). `raw` is what
     /// [`validate::rejection_echo`] kept of the action; the reason is clipped to
-    /// [`error::MAX_MESSAGE_BYTES`].
+    /// [`codec::MAX_MESSAGE_BYTES`].
     pub(super) fn reject(
         &mut self,
         conn: ConnId,
@@ -194,7 +196,7 @@ impl Inner {
         origin: ActionOrigin,
         reason: String,
     ) {
-        let reason = error::clip(reason, error::MAX_MESSAGE_BYTES);
+        let reason = codec::clip(reason, codec::MAX_MESSAGE_BYTES);
         let seq = self.next_seq();
         tracing::debug!(%channel, %reason, "action rejected");
         let envelope = ActionEnvelope {
@@ -204,7 +206,7 @@ impl Inner {
             origin: Some(origin),
             rejection_reason: Some(reason),
         };
-        let text: Utf8Bytes = frame::action(&envelope).into();
+        let text: Frame = codec::action(&envelope).into();
         let wire = self.wire_of(conn);
         let sent = if wire.is_current() {
             text.clone()

@@ -5,6 +5,8 @@
 //!
 //! Reads the store under its lock (one pass over the terminals, no allocation a peer sizes
 //! beyond the answer itself); changes nothing.
+//!
+//! May touch: reads the store under the host lock; changes nothing.
 
 use ahp_types::state::{TerminalClaim, TerminalLifecycleState};
 use serde::{Deserialize, Serialize};
@@ -86,7 +88,7 @@ impl Host {
             .terminals
             .iter()
             .map(|(uri, t)| TerminalSummary {
-                id: t.id,
+                id: t.serial,
                 resource: uri.clone(),
                 title: t.state.title.clone(),
                 claim: t.state.claim.clone(),

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 
 use url::Url;
 
+use super::error::HostError;
 use super::validate::MAX_URI_BYTES;
-use crate::rpc::error::RpcError;
 
 /// Longest `createTerminal.cwd`, in bytes (the kernel's `PATH_MAX`).
 pub const MAX_CWD_BYTES: usize = 4096;
@@ -74,12 +74,12 @@ pub fn is_otlp(channel: &str) -> bool {
 }
 
 /// Checks a `createTerminal.channel` (D1): an absolute URI with a non-reserved scheme.
-/// Errors: -32602 naming the value.
-pub fn check_new_terminal_uri(channel: &str) -> Result<(), RpcError> {
+/// Errors: invalid params (-32602) naming the value.
+pub fn check_new_terminal_uri(channel: &str) -> Result<(), HostError> {
     match classify(channel) {
         ChannelKind::Terminal => Ok(()),
-        ChannelKind::Invalid(msg) => Err(RpcError::invalid_params(format!("channel: {msg}"))),
-        _ => Err(RpcError::invalid_params(format!(
+        ChannelKind::Invalid(msg) => Err(HostError::invalid_params(format!("channel: {msg}"))),
+        _ => Err(HostError::invalid_params(format!(
             "channel: {channel:?} uses a scheme reserved by AHP; use e.g. ahp-terminal:/<id>"
         ))),
     }
@@ -88,11 +88,11 @@ pub fn check_new_terminal_uri(channel: &str) -> Result<(), RpcError> {
 /// Resolves a `createTerminal.cwd` (D4) to an existing directory the daemon may enter.
 ///
 /// Errors: a relative path, another URI scheme, a non-directory, a directory the daemon has no
-/// permission to enter, or more than [`MAX_CWD_BYTES`] → -32602 naming it; a path that does
-/// not exist → -32008 naming it. Never falls back to another directory.
-pub fn resolve_cwd(cwd: &str) -> Result<PathBuf, RpcError> {
+/// permission to enter, or more than [`MAX_CWD_BYTES`] → invalid params (-32602) naming it; a
+/// path that does not exist → not found (-32008) naming it. Never falls back to another directory.
+pub fn resolve_cwd(cwd: &str) -> Result<PathBuf, HostError> {
     if cwd.len() > MAX_CWD_BYTES {
-        return Err(RpcError::invalid_params(format!(
+        return Err(HostError::invalid_params(format!(
             "cwd: {} bytes is longer than the limit of {MAX_CWD_BYTES} bytes",
             cwd.len()
         )));
@@ -101,35 +101,35 @@ pub fn resolve_cwd(cwd: &str) -> Result<PathBuf, RpcError> {
         PathBuf::from(cwd)
     } else if let Ok(url) = Url::parse(cwd) {
         if url.scheme() != "file" {
-            return Err(RpcError::invalid_params(format!(
+            return Err(HostError::invalid_params(format!(
                 "cwd: {cwd:?} must be a file:// URI or an absolute path"
             )));
         }
         url.to_file_path().map_err(|_| {
-            RpcError::invalid_params(format!("cwd: {cwd:?} is not a local file URI"))
+            HostError::invalid_params(format!("cwd: {cwd:?} is not a local file URI"))
         })?
     } else {
-        return Err(RpcError::invalid_params(format!(
+        return Err(HostError::invalid_params(format!(
             "cwd: {cwd:?} is relative; give a file:// URI or an absolute path"
         )));
     };
     match std::fs::metadata(&path) {
         Ok(m) if m.is_dir() => match may_enter(&path) {
             Ok(()) => Ok(path),
-            Err(e) => Err(RpcError::invalid_params(format!(
+            Err(e) => Err(HostError::invalid_params(format!(
                 "cwd: the daemon may not enter {}: {e}",
                 path.display()
             ))),
         },
-        Ok(_) => Err(RpcError::invalid_params(format!(
+        Ok(_) => Err(HostError::invalid_params(format!(
             "cwd: {} is not a directory",
             path.display()
         ))),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(RpcError::not_found(format!(
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(HostError::not_found(format!(
             "cwd: directory {} does not exist",
             path.display()
         ))),
-        Err(e) => Err(RpcError::invalid_params(format!(
+        Err(e) => Err(HostError::invalid_params(format!(
             "cwd: cannot use {}: {e}",
             path.display()
         ))),
@@ -167,6 +167,7 @@ pub fn home_dir() -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::host::error::ErrorKind;
 
     #[test]
     fn classification() {
@@ -188,18 +189,24 @@ mod tests {
         assert_eq!(resolve_cwd("/").unwrap(), PathBuf::from("/"));
         assert_eq!(resolve_cwd("file:///usr").unwrap(), PathBuf::from("/usr"));
         assert_eq!(
-            resolve_cwd("/definitely/not/here").unwrap_err().code,
-            -32008
+            resolve_cwd("/definitely/not/here").unwrap_err().kind,
+            ErrorKind::NotFound
         );
         assert_eq!(
-            resolve_cwd("file:///definitely/not/here").unwrap_err().code,
-            -32008
+            resolve_cwd("file:///definitely/not/here").unwrap_err().kind,
+            ErrorKind::NotFound
         );
-        assert_eq!(resolve_cwd("/etc/passwd").unwrap_err().code, -32602);
-        assert_eq!(resolve_cwd("tmp").unwrap_err().code, -32602);
         assert_eq!(
-            resolve_cwd("https://example.com/").unwrap_err().code,
-            -32602
+            resolve_cwd("/etc/passwd").unwrap_err().kind,
+            ErrorKind::InvalidParams
+        );
+        assert_eq!(
+            resolve_cwd("tmp").unwrap_err().kind,
+            ErrorKind::InvalidParams
+        );
+        assert_eq!(
+            resolve_cwd("https://example.com/").unwrap_err().kind,
+            ErrorKind::InvalidParams
         );
         assert!(resolve_cwd("/etc/passwd")
             .unwrap_err()

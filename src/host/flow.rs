@@ -37,6 +37,9 @@
 //! woken when one of *its own* subscribers' episode ends, when its subscribers change, or when
 //! the nearest grace ends. The watchdog sleeps until the nearest stall or lag deadline, and is
 //! woken early when an episode or a lag starts, or a lag limit is hit.
+//!
+//! May touch: the outboxes' flow state and the host lock (the watchdog closes connections);
+//! no I/O.
 
 use std::collections::{btree_set, BTreeSet};
 use std::sync::Arc;
@@ -343,10 +346,10 @@ impl Host {
         Outbox::new(self.flow.clone())
     }
 
-    /// The gate of terminal `id` at `uri`; `None` if it is gone.
-    pub(crate) fn gate(&self, uri: &str, id: u64) -> Option<Gate> {
+    /// The gate of the terminal at `uri` numbered `serial`; `None` if it is gone.
+    pub(crate) fn gate(&self, uri: &str, serial: u64) -> Option<Gate> {
         let inner = self.lock();
-        inner.terminals.get(uri).filter(|t| t.id == id)?;
+        inner.terminals.get(uri).filter(|t| t.serial == serial)?;
         inner.gate(uri)
     }
 

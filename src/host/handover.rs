@@ -112,7 +112,7 @@ impl Host {
     pub async fn begin_upgrade(&self) -> Result<(), String> {
         self.lock().upgrading = true;
         let deadline = Instant::now() + SETTLE_TIMEOUT;
-        while !self.lock().reserved.is_empty() {
+        while !self.lock().spawning.is_empty() {
             if Instant::now() >= deadline {
                 self.lock().upgrading = false;
                 return Err("terminals being created did not finish within 5 s".into());
@@ -150,7 +150,7 @@ impl Host {
             inner
                 .terminals
                 .values()
-                .filter_map(|t| Some((t.id, t.process.clone()?, t.subscribers.wake.clone())))
+                .filter_map(|t| Some((t.serial, t.process.clone()?, t.subscribers.wake.clone())))
                 .collect()
         };
         let mut io_state = HashMap::new();
@@ -173,7 +173,9 @@ impl Host {
                 inner
                     .terminals
                     .values()
-                    .filter(|t| io_state.contains_key(&t.id) && !inner.parked.contains_key(&t.id))
+                    .filter(|t| {
+                        io_state.contains_key(&t.serial) && !inner.parked.contains_key(&t.serial)
+                    })
                     .count()
             };
             if waiting == 0 {
@@ -201,11 +203,11 @@ impl Host {
         let mut inner = self.lock();
         let mut fds = Vec::new();
         let mut terminals = Vec::new();
-        let now = Instant::now();
+        let now = tokio::time::Instant::now();
         let entries: Vec<(String, u64)> = inner
             .terminals
             .iter()
-            .map(|(uri, t)| (uri.clone(), t.id))
+            .map(|(uri, t)| (uri.clone(), t.serial))
             .collect();
         for (uri, id) in entries {
             let (pty, input) = match io_state.remove(&id) {
@@ -254,7 +256,7 @@ impl Host {
         let image = HostImage {
             instance_id: self.instance_id.clone(),
             server_seq: inner.server_seq,
-            next_terminal: inner.next_terminal,
+            next_terminal: inner.next_serial,
             root: inner.root.clone(),
             root_history: inner.root_history.image(),
             seen_clients: inner.seen_clients.image(),
@@ -290,13 +292,13 @@ impl Host {
         {
             let mut inner = host.lock();
             inner.server_seq = image.server_seq;
-            inner.next_terminal = image.next_terminal;
+            inner.next_serial = image.next_terminal;
             inner.root = image.root;
             inner.root_history = History::from_image(image.root_history);
             for (id, age, wire) in &image.seen_clients {
                 inner.seen_clients.restore(id, *age, *wire);
             }
-            let now = Instant::now();
+            let now = tokio::time::Instant::now();
             for t in image.terminals {
                 let transcript = t
                     .transcript
@@ -311,7 +313,7 @@ impl Host {
                     inner.terminals.insert(
                         t.uri.clone(),
                         TerminalEntry {
-                            id: t.id,
+                            serial: t.id,
                             state: t.state,
                             subscribers: Subscribers::new(Arc::new(tokio::sync::Notify::new())),
                             process: None,
@@ -364,7 +366,7 @@ impl Host {
                 inner.terminals.insert(
                     t.uri.clone(),
                     TerminalEntry {
-                        id: t.id,
+                        serial: t.id,
                         state: t.state,
                         subscribers: Subscribers::new(wake.clone()),
                         process: Some(process),

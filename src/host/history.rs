@@ -1,4 +1,5 @@
-//! Retained envelopes of one channel, for `reconnect` replay (notes §4, §6).
+//! Retained envelopes of one channel, for `reconnect` replay (docs/protocol.md, "Reconnect,
+//! history and reaping").
 //!
 //! Each channel — the root channel and every terminal — keeps its own history, bounded in
 //! bytes of encoded JSON, so one chatty terminal never evicts another's. `floor` is the
@@ -6,12 +7,12 @@
 //! `s ≥ floor` can be resumed by replay; an older one needs a snapshot. A terminal's floor
 //! starts at the counter value when it was created, so a URI reused after a dispose is never
 //! replayed onto the old terminal's state.
+//!
+//! Pure data structure (no lock of its own, no I/O); the host keeps one per channel.
 
 use std::collections::VecDeque;
 
-use tokio_tungstenite::tungstenite::Utf8Bytes;
-
-use crate::rpc::frame;
+use crate::codec::{self, Frame};
 
 /// History of the root channel, in bytes of encoded envelopes.
 pub const ROOT_HISTORY_BYTES: usize = 1024 * 1024;
@@ -22,7 +23,7 @@ pub const ROOT_HISTORY_BYTES: usize = 1024 * 1024;
 pub struct Entry {
     /// The envelope's `serverSeq`.
     pub server_seq: u64,
-    text: Utf8Bytes,
+    text: Frame,
     /// For a rejected action, the client that dispatched it: the only one it is replayed to.
     rejected_for: Option<String>,
 }
@@ -30,7 +31,7 @@ pub struct Entry {
 impl Entry {
     /// The envelope as JSON (the notification's `params`).
     pub fn envelope_json(&self) -> &str {
-        frame::action_params(self.text.as_str())
+        codec::action_params(self.text.as_str())
     }
 }
 
@@ -56,7 +57,7 @@ impl History {
     /// Appends the `action` notification `text` of envelope `server_seq` (for a rejected
     /// action, `rejected_for` names its dispatcher), evicting the oldest entries while over the
     /// cap. Envelopes must arrive in increasing `serverSeq` order.
-    pub fn push(&mut self, server_seq: u64, text: Utf8Bytes, rejected_for: Option<String>) {
+    pub fn push(&mut self, server_seq: u64, text: Frame, rejected_for: Option<String>) {
         self.bytes += text.len();
         self.entries.push_back(Entry {
             server_seq,
@@ -92,6 +93,7 @@ impl History {
     }
 
     /// Bytes currently held.
+    #[cfg(test)]
     pub fn bytes(&self) -> usize {
         self.bytes
     }
@@ -158,8 +160,8 @@ mod tests {
     use super::*;
     use ahp_types::actions::{ActionEnvelope, StateAction, TerminalDataAction};
 
-    fn env(seq: u64, data: &str) -> Utf8Bytes {
-        frame::action(&ActionEnvelope {
+    fn env(seq: u64, data: &str) -> Frame {
+        codec::action(&ActionEnvelope {
             channel: "t:/1".into(),
             action: StateAction::TerminalData(TerminalDataAction { data: data.into() }),
             server_seq: seq,

@@ -6,7 +6,7 @@
 //! envelope is encoded once and queued on each subscriber's [`Outbox`]. Because queuing
 //! happens under the same lock that assigns sequence numbers, every connection receives its
 //! envelopes in increasing `serverSeq` order, and a snapshot plus its subscription (and the
-//! response carrying it) are atomic with respect to later actions (notes §5, §6).
+//! response carrying it) are atomic with respect to later actions (docs/protocol.md, "Sequence numbers").
 //! Every envelope is also kept in its channel's bounded [`history::History`], which is what
 //! `reconnect` replays. Connections own only their outbox; terminals outlive them, and a
 //! terminal whose claim holder stays away longer than the orphan grace is reaped.
@@ -16,35 +16,43 @@
 //! `resume.rs` reconnect and reaping, `flow.rs` the flow-control policy (watermarks, limits,
 //! lagging and stalled connections); `pump.rs` is the per-terminal task; `screen.rs` keeps
 //! what snapshots and cursor reports need of the terminal model, and runs its task.
+//!
+//! May touch: the store under its lock and the connections' outboxes; the OS only through
+//! `terminal`'s [`Pty`] and [`PtySystem`] traits. Imports nothing above it (no rpc, server or
+//! WebSocket types).
 
 mod actions;
-pub mod catalog;
-pub mod channel;
+pub(crate) mod catalog;
+pub(crate) mod channel;
+pub(crate) mod error;
 mod flow;
 pub mod handover;
-pub mod history;
-pub mod outbox;
+pub(crate) mod history;
+pub(crate) mod outbox;
 mod persist;
 mod pump;
 mod resume;
 mod screen;
-pub mod scrollback;
+pub(crate) mod scrollback;
 mod terminals;
-pub mod validate;
+pub(crate) mod validate;
 mod versions;
 
+#[cfg(test)]
+mod tests;
+
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
+use std::sync::Arc;
 
 use ahp_types::state::{RootState, Snapshot, SnapshotState, TerminalState};
-use tokio_tungstenite::tungstenite::Utf8Bytes;
+use parking_lot::{Mutex, MutexGuard};
+use tokio::time::Instant;
 
+use crate::codec::{Frame, Wire};
 use crate::config::Config;
-use crate::rpc::error::RpcError;
-use crate::rpc::version::Wire;
-use crate::terminal::{shell_integration, PtyProcess};
+use crate::terminal::{shell_integration, NativePtys, Pty, PtySystem};
 use channel::ChannelKind;
+pub use error::{ErrorKind, HostError};
 pub use flow::{CLOSE_LAGGING, CLOSE_STALLED};
 use history::History;
 pub use outbox::{Outbox, OutboxReceiver, Outgoing};
@@ -66,6 +74,8 @@ pub struct Host {
     inner: Mutex<Inner>,
     /// Flow control: its policy and the watchdog's and reaper's wake-ups.
     flow: Arc<flow::Flow>,
+    /// Where terminals come from: the OS's ptys, or a stand-in in unit tests.
+    ptys: Arc<dyn PtySystem>,
 }
 
 struct Inner {
@@ -79,8 +89,8 @@ struct Inner {
     /// The `clientId`s that presented themselves recently (bounded in count and age): only
     /// those can be resumed by replay (another daemon's `serverSeq` means nothing here).
     seen_clients: resume::RecentClients,
-    /// URIs whose `createTerminal` is spawning the process.
-    reserved: HashSet<String>,
+    /// URIs whose `createTerminal` is spawning the shell: taken, though not yet terminals.
+    spawning: HashSet<String>,
     /// Most subscriptions per connection (`--max-subscriptions`).
     max_subscriptions: usize,
     /// Retained content per terminal, in bytes (`--scrollback-bytes`).
@@ -89,7 +99,8 @@ struct Inner {
     flow: Arc<flow::Flow>,
     connections: HashMap<ConnId, ConnEntry>,
     next_conn: ConnId,
-    next_terminal: u64,
+    /// The [`TerminalEntry::serial`] of the next terminal created.
+    next_serial: u64,
     shutting_down: bool,
     /// A live upgrade is under way (see `handover.rs`): no new terminals.
     upgrading: bool,
@@ -111,12 +122,12 @@ struct ConnEntry {
     subscriptions: HashSet<String>,
     /// `Some` while an answer to this connection is being encoded outside the lock (see
     /// [`Host::answer`]): envelopes for it wait here, in order, and follow the answer.
-    held: Option<Vec<Utf8Bytes>>,
+    held: Option<Vec<Frame>>,
 }
 
 impl ConnEntry {
     /// Queues a message for the socket, behind an answer being encoded if there is one.
-    fn deliver(&mut self, text: Utf8Bytes) {
+    fn deliver(&mut self, text: Frame) {
         match &mut self.held {
             Some(held) => held.push(text),
             None => self.outbox.send(text),
@@ -125,19 +136,24 @@ impl ConnEntry {
 }
 
 struct TerminalEntry {
-    /// Distinguishes a terminal from a later one created under the same URI.
-    id: u64,
+    /// The daemon's number for this terminal: 1 for the first created since start, then
+    /// increasing, never reused. It orders the catalogue, is the `id` of
+    /// `ahpty/listTerminals`, and tells this terminal from a later one created under the same
+    /// URI (a pump whose terminal was disposed finds another serial there and stops).
+    serial: u64,
     state: TerminalState,
     subscribers: flow::Subscribers,
     /// `None` for a terminal restored from an earlier process's transcript.
-    process: Option<Arc<PtyProcess>>,
+    process: Option<Arc<dyn Pty>>,
     /// The client that holds the claim (decision D6).
     holder: String,
-    /// A client renamed the terminal: titles from escape sequences no longer apply.
+    /// A client named (`createTerminal.name`) or renamed the terminal: titles from escape
+    /// sequences no longer apply.
     renamed_by_client: bool,
     content_bytes: usize,
     history: History,
-    /// When the holder's last connection went away (`None` while it is connected).
+    /// When the holder's last connection went away (`None` while it is connected); tokio's
+    /// clock, like every deadline of the host, so paused time drives reaping in tests.
     orphaned_since: Option<Instant>,
     /// Creation time, Unix milliseconds.
     created_ms: i64,
@@ -157,10 +173,24 @@ impl Host {
         Host::with_store(config, None)
     }
 
+    /// A host with no terminals and no transcript store, whose terminals `ptys` starts.
+    #[cfg(test)]
+    pub(crate) fn with_ptys(config: &Config, ptys: Arc<dyn PtySystem>) -> Arc<Host> {
+        Host::build(config, None, ptys)
+    }
+
     /// A host with the terminals of an opened transcript store (restored exited, without
     /// processes; see docs/protocol.md), writing to it from now on; `serverSeq` starts above
     /// every value an earlier process of that store handed out.
     pub fn with_store(config: &Config, opened: Option<crate::store::Opened>) -> Arc<Host> {
+        Host::build(config, opened, Arc::new(NativePtys))
+    }
+
+    fn build(
+        config: &Config,
+        opened: Option<crate::store::Opened>,
+        ptys: Arc<dyn PtySystem>,
+    ) -> Arc<Host> {
         let (store, restored, base) = match opened {
             Some(o) => {
                 tracing::info!(
@@ -179,6 +209,7 @@ impl Host {
             config: config.clone(),
             instance_id: uuid::Uuid::new_v4().to_string(),
             flow: flow.clone(),
+            ptys,
             inner: Mutex::new(Inner {
                 server_seq: base,
                 root: RootState {
@@ -196,13 +227,13 @@ impl Host {
                     resume::MAX_REMEMBERED_CLIENTS,
                     resume::REMEMBER_CLIENTS_FOR,
                 ),
-                reserved: HashSet::new(),
+                spawning: HashSet::new(),
                 max_subscriptions: config.max_subscriptions,
                 scrollback_bytes: config.scrollback_bytes,
                 flow,
                 connections: HashMap::new(),
                 next_conn: 1,
-                next_terminal: 1,
+                next_serial: 1,
                 shutting_down: false,
                 upgrading: false,
                 parked: HashMap::new(),
@@ -214,13 +245,10 @@ impl Host {
         host
     }
 
+    /// The store's one lock. It does not poison: a panic while holding it cannot leave the
+    /// state half-reduced in a way that is worse than stopping, so the daemon keeps serving.
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        // A panic while holding the lock cannot leave the state half-reduced in a way that is
-        // worse than stopping; keep serving.
-        match self.inner.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        }
+        self.inner.lock()
     }
 
     /// Most entries accepted in `initialSubscriptions` and `reconnect.subscriptions`: twice
@@ -305,19 +333,39 @@ impl Host {
         out
     }
 
-    /// Completes `initialize`: records the client id, subscribes the connection to every
-    /// known channel of `subscriptions` (distinct entries, see [`validate::channel_list`];
-    /// unknown ones are left out), and queues the response built by
+    /// Checks the `clientId` and channel list a handshake presents (`initialize`,
+    /// `reconnect`): an id of at most [`validate::MAX_ID_BYTES`], at most
+    /// [`Host::max_channel_list`] entries of at most [`validate::MAX_URI_BYTES`] each. Returns
+    /// the distinct entries, in order. Errors: invalid params naming the field.
+    fn check_handshake<'a>(
+        &self,
+        client_id: &str,
+        field: &str,
+        channels: &'a [String],
+    ) -> Result<Vec<&'a str>, HostError> {
+        validate::check_len("clientId", client_id, validate::MAX_ID_BYTES)
+            .and_then(|()| validate::channel_list(field, channels, self.max_channel_list()))
+            .map_err(HostError::invalid_params)
+    }
+
+    /// Completes `initialize` for a connection that negotiated `wire`: checks the client id and
+    /// `initialSubscriptions` (see `check_handshake`; nothing happens on an error), records
+    /// both, subscribes the connection to every known channel of `subscriptions` (distinct
+    /// entries; unknown ones are left out), and queues the response built by
     /// `respond(serverSeq, snapshots)`, atomically with respect to `serverSeq` (the response
     /// is encoded outside the lock).
     pub fn initialize(
         &self,
         conn: ConnId,
         client_id: String,
-        subscriptions: &[&str],
+        subscriptions: &[String],
+        wire: Wire,
         respond: impl FnOnce(i64, Vec<Snapshot>) -> String,
-    ) {
-        let exists = self.existing(subscriptions);
+    ) -> Result<(), HostError> {
+        let subscriptions =
+            self.check_handshake(&client_id, "initialSubscriptions", subscriptions)?;
+        self.set_wire(conn, &client_id, wire);
+        let exists = self.existing(&subscriptions);
         let mut inner = self.lock();
         inner.set_client(conn, client_id);
         let mut snapshots = Vec::new();
@@ -333,18 +381,20 @@ impl Host {
         }
         let seq = inner.server_seq as i64;
         self.answer(inner, conn, || respond(seq, snapshots));
+        Ok(())
     }
 
     /// `subscribe`: takes the snapshot, registers the subscription and queues the response
     /// built by `respond`, atomically with respect to `serverSeq`.
     ///
-    /// Errors: a session/chat URI → -32001; an unknown terminal or an unserved reserved
-    /// scheme → -32008; not an absolute URI → -32602.
+    /// Errors (decision D2): a session/chat URI → session not found (-32001); an unknown
+    /// terminal or an unserved reserved scheme → not found (-32008); not an absolute URI →
+    /// invalid params (-32602).
     pub fn subscribe(
         &self,
         conn: ConnId,
         channel: &str,
-        respond: impl FnOnce(Result<Snapshot, RpcError>) -> String,
+        respond: impl FnOnce(Result<Snapshot, HostError>) -> String,
     ) {
         let kind = channel::classify(channel);
         let mut inner = self.lock();
@@ -450,12 +500,12 @@ impl Inner {
 
     /// Whether `conn` is still registered and may hold one more subscription (re-subscribing to
     /// a channel it already has is always allowed).
-    fn check_room(&self, conn: ConnId, channel: &str) -> Result<(), RpcError> {
+    fn check_room(&self, conn: ConnId, channel: &str) -> Result<(), HostError> {
         let Some(c) = self.connections.get(&conn) else {
-            return Err(RpcError::internal("this connection is closing"));
+            return Err(HostError::internal("this connection is closing"));
         };
         if c.subscriptions.len() >= self.max_subscriptions && !c.subscriptions.contains(channel) {
-            return Err(RpcError::internal(format!(
+            return Err(HostError::internal(format!(
                 "subscription limit reached: a connection may hold at most {} subscriptions \
                  (--max-subscriptions)",
                 self.max_subscriptions
@@ -504,38 +554,38 @@ impl Inner {
 
     /// Subscribes `conn` to an existing channel of the given kind ([`channel::classify`],
     /// done by the caller outside the lock) and returns its snapshot. Errors: see
-    /// [`Host::subscribe`]; also -32603 when the connection is at its subscription limit or
-    /// is gone (e.g. superseded by a reconnect).
+    /// [`Host::subscribe`]; also internal (-32603) when the connection is at its subscription
+    /// limit or is gone (e.g. superseded by a reconnect).
     fn subscribe(
         &mut self,
         conn: ConnId,
         channel: &str,
         kind: ChannelKind,
-    ) -> Result<Snapshot, RpcError> {
+    ) -> Result<Snapshot, HostError> {
         self.check_room(conn, channel)?;
         match kind {
             ChannelKind::Root => {
                 self.add_subscriber(conn, channel);
             }
-            ChannelKind::Session => return Err(RpcError::session_not_found(channel)),
+            ChannelKind::Session => return Err(HostError::session_not_found(channel)),
             ChannelKind::ReservedOther => {
-                return Err(RpcError::not_found(format!(
+                return Err(HostError::not_found(format!(
                     "channel not served by ahpty: {channel}"
                 )))
             }
             ChannelKind::Invalid(msg) => {
-                return Err(RpcError::invalid_params(format!("channel: {msg}")))
+                return Err(HostError::invalid_params(format!("channel: {msg}")))
             }
             ChannelKind::Terminal => {
                 if !self.add_subscriber(conn, channel) {
-                    return Err(RpcError::not_found(format!(
+                    return Err(HostError::not_found(format!(
                         "terminal not found: {channel}"
                     )));
                 }
             }
         }
         self.snapshot(channel)
-            .ok_or_else(|| RpcError::not_found(format!("channel not found: {channel}")))
+            .ok_or_else(|| HostError::not_found(format!("channel not found: {channel}")))
     }
 
     fn next_seq(&mut self) -> u64 {

@@ -17,22 +17,27 @@
 //! - who to wake: a terminal paused for this connection registers to be woken when the episode
 //!   ends ([`OutboxRef::wake_on_drain`]); a terminal merging output registers to be woken when
 //!   its last update has been written ([`OutboxRef::wake_when_written`]). Nothing else wakes.
+//!
+//! May touch: its own queue and counters, and the wake-ups registered on it; no socket (the
+//! server's writer drains it).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
-use tokio_tungstenite::tungstenite::Utf8Bytes;
 
 use super::flow::Flow;
 pub use super::flow::{HARD_LIMIT_BYTES, HIGH_WATERMARK_BYTES, LOW_WATERMARK_BYTES};
+use crate::codec::Frame;
 
 /// One message for the socket.
 #[derive(Debug, Clone)]
 pub enum Outgoing {
     /// A complete JSON-RPC message, sent as one text frame.
-    Text(Utf8Bytes),
+    Text(Frame),
     /// Send a close frame with this code and reason, then stop.
     Close {
         /// WebSocket close code (e.g. 1000, 1001).
@@ -144,7 +149,7 @@ impl Outbox {
     }
 
     /// Queues a message; silently dropped if the connection is gone or being closed.
-    pub fn send(&self, text: impl Into<Utf8Bytes>) {
+    pub fn send(&self, text: impl Into<Frame>) {
         let shared = &*self.watch.shared;
         if shared.killed.load(Ordering::Acquire) {
             return;
@@ -162,7 +167,7 @@ impl Outbox {
             return;
         }
         if queued > HIGH_WATERMARK_BYTES && !shared.congested.load(Ordering::Acquire) {
-            let mut flow = lock(&shared.flow);
+            let mut flow = shared.flow.lock();
             if flow.congested_since.is_none()
                 && shared.queued.load(Ordering::Acquire) > HIGH_WATERMARK_BYTES
             {
@@ -190,7 +195,7 @@ impl Outbox {
     /// more is queued; terminals waiting for it are woken.
     pub fn kill(&self, code: u16, reason: impl Into<String>) {
         let shared = &self.watch.shared;
-        *lock(&shared.kill_frame) = Some((code, reason.into()));
+        *shared.kill_frame.lock() = Some((code, reason.into()));
         shared.killed.store(true, Ordering::Release);
         shared.kill.notify_one();
         self.watch.release_waiters();
@@ -257,7 +262,7 @@ impl OutboxRef {
 
     /// Runs `f` on the congestion state under its lock.
     pub(super) fn with_flow<R>(&self, f: impl FnOnce(&FlowState) -> R) -> R {
-        f(&lock(&self.shared.flow))
+        f(&self.shared.flow.lock())
     }
 
     /// Registers `wake` to be notified once this connection's congestion episode ends (or it
@@ -268,7 +273,7 @@ impl OutboxRef {
         wake: &Arc<Notify>,
         f: impl FnOnce(&FlowState) -> R,
     ) -> Option<R> {
-        let mut flow = lock(&self.shared.flow);
+        let mut flow = self.shared.flow.lock();
         flow.congested_since?;
         if self.is_killed() {
             return None;
@@ -286,7 +291,7 @@ impl OutboxRef {
         if self.is_written(ticket) {
             return false;
         }
-        let mut flow = lock(&self.shared.flow);
+        let mut flow = self.shared.flow.lock();
         match flow
             .written_waiters
             .iter_mut()
@@ -310,7 +315,7 @@ impl OutboxRef {
         if self.is_lagging() {
             return;
         }
-        let mut flow = lock(&self.shared.flow);
+        let mut flow = self.shared.flow.lock();
         if flow.congested_since.is_none() || flow.lagging_since.is_some() {
             return;
         }
@@ -332,7 +337,7 @@ impl OutboxRef {
 
     /// Wakes every registered terminal (the connection is going away).
     fn release_waiters(&self) {
-        let mut flow = lock(&self.shared.flow);
+        let mut flow = self.shared.flow.lock();
         let drain = std::mem::take(&mut flow.drain_waiters);
         let written = std::mem::take(&mut flow.written_waiters);
         drop(flow);
@@ -344,7 +349,7 @@ impl OutboxRef {
     /// Wakes the terminals whose ticket has been written.
     fn fire_written(&self) {
         let done = self.shared.written_total.load(Ordering::Acquire);
-        let mut flow = lock(&self.shared.flow);
+        let mut flow = self.shared.flow.lock();
         let mut fired = Vec::new();
         flow.written_waiters.retain(|(t, w)| {
             if *t <= done {
@@ -389,7 +394,7 @@ impl OutboxReceiver {
         let before = shared.queued.fetch_sub(bytes, Ordering::AcqRel);
         let after = before.saturating_sub(bytes);
         if after <= LOW_WATERMARK_BYTES && shared.congested.load(Ordering::Acquire) {
-            let mut flow = lock(&shared.flow);
+            let mut flow = shared.flow.lock();
             if flow.congested_since.is_some()
                 && shared.queued.load(Ordering::Acquire) <= LOW_WATERMARK_BYTES
             {
@@ -447,18 +452,11 @@ impl KillSignal {
     pub async fn killed(&self) -> (u16, String) {
         loop {
             let notified = self.shared.kill.notified();
-            if let Some(frame) = lock(&self.shared.kill_frame).clone() {
+            if let Some(frame) = self.shared.kill_frame.lock().clone() {
                 return frame;
             }
             notified.await;
         }
-    }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    match m.lock() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
     }
 }
 

@@ -20,15 +20,14 @@ use std::time::Duration;
 
 use ahp_types::actions::StateAction;
 use ahp_types::state::{TerminalExitedLifecycleState, TerminalLifecycleState};
-use tokio_tungstenite::tungstenite::Utf8Bytes;
 
 use super::flow::Subscribers;
 use super::history::History;
 use super::screen::Screen;
 use super::{scrollback, Host, Inner, TerminalEntry};
-use crate::rpc::frame;
+use crate::codec::{self, Frame};
 use crate::store::{self, Key, Meta, Owner, Payload, Store};
-use crate::terminal::PtyProcess;
+use crate::terminal::Pty;
 
 /// How long `disposeTerminal` waits for the store to delete a transcript before answering
 /// anyway (the disk is stuck); the deletion still happens when the disk lets it.
@@ -93,7 +92,7 @@ impl Kind {
 /// What removing a terminal leaves to do outside the lock: kill its processes (none for a
 /// restored terminal) and wait for its transcript to be deleted.
 pub struct Removed {
-    pub(super) process: Option<Arc<PtyProcess>>,
+    pub(super) process: Option<Arc<dyn Pty>>,
     pub(super) transcript: Option<store::Removal>,
 }
 
@@ -111,7 +110,7 @@ pub(super) fn record(
     t: &mut TerminalEntry,
     uri: &str,
     cap: usize,
-    text: &Utf8Bytes,
+    text: &Frame,
     kind: Kind,
 ) {
     let (Some(store), Some(tr)) = (store, t.transcript.as_mut()) else {
@@ -161,11 +160,11 @@ pub(super) fn checkpoint(store: &Store, t: &mut TerminalEntry, uri: &str, cap: u
 }
 
 /// The envelope JSON inside an `action` notification, as a store payload (no copy).
-fn payload(text: &Utf8Bytes) -> Option<Payload> {
+fn payload(text: &Frame) -> Option<Payload> {
     let whole = text.as_str();
-    let params = frame::action_params(whole);
+    let params = codec::action_params(whole);
     let start = (params.as_ptr() as usize).checked_sub(whole.as_ptr() as usize)?;
-    let bytes: &bytes::Bytes = text.as_ref();
+    let bytes = text.bytes();
     Payload::new(bytes.clone(), start..start + params.len())
 }
 
@@ -227,13 +226,13 @@ impl Inner {
                     .unwrap_or(default)
             };
             let screen = Screen::new(dimension(state.cols, 80), dimension(state.rows, 24));
-            let id = self.next_terminal;
-            self.next_terminal += 1;
+            let serial = self.next_serial;
+            self.next_serial += 1;
             let since_checkpoint = usize::try_from(r.file_len).unwrap_or(usize::MAX);
             self.terminals.insert(
                 uri,
                 TerminalEntry {
-                    id,
+                    serial,
                     state,
                     subscribers: Subscribers::new(Arc::new(tokio::sync::Notify::new())),
                     process: None,

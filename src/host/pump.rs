@@ -21,6 +21,9 @@
 //! - **Exit ordering.** `terminal/exited` is emitted only after the output has been drained:
 //!   after EOF, or [`EXIT_DRAIN`] after the process exited if a background job keeps the pty
 //!   open. Output arriving after that is still delivered, until the terminal is disposed.
+//!
+//! May touch: its terminal's event hand-off and, through the host, the store and the
+//! subscribers' outboxes; sleeps only on its own wake-ups and deadlines.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,7 +36,7 @@ use super::flow::Gate;
 use super::outbox::OutboxRef;
 use super::Host;
 use crate::terminal::output::batch_bytes;
-use crate::terminal::{EventReceiver, PtyEvent, ReaderCarry, TerminalEvent};
+use crate::terminal::{EventReceiver, OutputItem, ReaderCarry, TerminalEvent};
 
 /// How long after the process exits its output may still drain before `terminal/exited`.
 pub const EXIT_DRAIN: Duration = Duration::from_millis(500);
@@ -52,10 +55,22 @@ pub const MERGE_WINDOW: Duration = Duration::from_millis(2);
 /// hand-off's capacity, so the reader thread never waits for a merging pump).
 pub const WAKE_BYTES: usize = 32 * 1024;
 
+/// Where the terminal's program is, as far as `terminal/exited` is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Exit {
+    /// It runs (no exit status yet).
+    Running,
+    /// It exited with this code (`None`: unknown) and `terminal/exited` is not sent yet: the
+    /// pump waits for EOF, or for [`EXIT_DRAIN`].
+    Draining(Option<i64>),
+    /// `terminal/exited` was sent.
+    Reported,
+}
+
 struct Pump {
     host: Arc<Host>,
     uri: String,
-    id: u64,
+    serial: u64,
     events: EventReceiver,
     /// This terminal's wake-up: its subscribers drained, changed, or wrote its last update.
     wake: Arc<Notify>,
@@ -63,9 +78,10 @@ struct Pump {
     pending: Option<TerminalEvent>,
     /// The gate computed with the last update, used once before asking again.
     gate: Option<Gate>,
-    exit: Option<Option<i64>>,
-    exit_reported: bool,
+    exit: Exit,
+    /// The pty reported end of file.
     eof: bool,
+    /// When a draining exit is reported even without EOF.
     deadline: Option<Instant>,
     /// End of the merge window opened by the last update, if that update was a flood's.
     merge_until: Option<Instant>,
@@ -93,39 +109,44 @@ pub(super) struct Parked {
     pub state: PumpState,
 }
 
+/// Runs the pump of the terminal at `uri` numbered `serial` until its events end (the pty
+/// threads are gone) — see the module docs.
 pub(super) async fn run(
     host: Arc<Host>,
     uri: String,
-    id: u64,
+    serial: u64,
     events: EventReceiver,
     wake: Arc<Notify>,
 ) {
-    resume(host, uri, id, events, wake, PumpState::default()).await
+    resume(host, uri, serial, events, wake, PumpState::default()).await
 }
 
 /// [`run`] for a terminal handed over by a live upgrade, with its pump's state.
 pub(super) async fn resume(
     host: Arc<Host>,
     uri: String,
-    id: u64,
+    serial: u64,
     events: EventReceiver,
     wake: Arc<Notify>,
     state: PumpState,
 ) {
-    let exit = state.exited.then_some(state.exit_code);
+    let exit = match (state.exit_reported, state.exited) {
+        (true, _) => Exit::Reported,
+        (false, true) => Exit::Draining(state.exit_code),
+        (false, false) => Exit::Running,
+    };
     // An exit waiting for the output to drain gets its full drain time again.
     let deadline =
-        (exit.is_some() && !state.eof && !state.exit_reported).then(|| Instant::now() + EXIT_DRAIN);
+        (matches!(exit, Exit::Draining(_)) && !state.eof).then(|| Instant::now() + EXIT_DRAIN);
     let mut pump = Pump {
         host,
         uri,
-        id,
+        serial,
         events,
         wake,
         pending: None,
         gate: None,
         exit,
-        exit_reported: state.exit_reported,
         eof: state.eof,
         deadline,
         merge_until: None,
@@ -158,22 +179,22 @@ impl Pump {
                 TerminalEvent::Output(batch) => {
                     let (batch, bytes) = self.merge(batch).await;
                     let mut in_flight = std::mem::take(&mut self.in_flight);
-                    self.gate = self
-                        .host
-                        .apply_output(&self.uri, self.id, batch, &mut in_flight);
+                    self.gate =
+                        self.host
+                            .apply_output(&self.uri, self.serial, batch, &mut in_flight);
                     self.in_flight = in_flight;
                     self.merge_until =
                         (bytes >= FLOOD_BYTES).then(|| Instant::now() + MERGE_WINDOW);
                 }
                 TerminalEvent::Eof => {
                     self.eof = true;
-                    if self.exit.is_some() {
+                    if self.exit != Exit::Running {
                         self.deadline = None;
                         self.report_exit();
                     }
                 }
                 TerminalEvent::Exited(code) => {
-                    self.exit = Some(code);
+                    self.exit = Exit::Draining(code);
                     if self.eof {
                         self.report_exit();
                     } else {
@@ -182,14 +203,19 @@ impl Pump {
                 }
                 TerminalEvent::Suspended(carry) => {
                     // A live upgrade: everything read before it has been applied.
+                    let (exited, exit_code) = match self.exit {
+                        Exit::Running => (false, None),
+                        Exit::Draining(code) => (true, code),
+                        Exit::Reported => (true, None),
+                    };
                     let state = PumpState {
-                        exited: self.exit.is_some(),
-                        exit_code: self.exit.flatten(),
-                        exit_reported: self.exit_reported,
+                        exited,
+                        exit_code,
+                        exit_reported: self.exit == Exit::Reported,
                         eof: self.eof,
                     };
                     self.host.park(
-                        self.id,
+                        self.serial,
                         Parked {
                             reader: *carry,
                             state,
@@ -202,20 +228,21 @@ impl Pump {
         self.report_exit();
     }
 
+    /// Sends `terminal/exited` if the program exited and it was not sent yet.
     fn report_exit(&mut self) {
-        if let (Some(code), false) = (self.exit, self.exit_reported) {
-            self.host.apply_exited(&self.uri, self.id, code);
-            self.exit_reported = true;
+        if let Exit::Draining(code) = self.exit {
+            self.host.apply_exited(&self.uri, self.serial, code);
+            self.exit = Exit::Reported;
         }
     }
 
     /// Waits while the terminal model is too far behind (see `screen.rs`).
     async fn wait_for_model(&self) {
-        while let Some(caught_up) = self.host.model_backlog(&self.uri, self.id) {
+        while let Some(caught_up) = self.host.model_backlog(&self.uri, self.serial) {
             let notified = caught_up.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if self.host.model_backlog(&self.uri, self.id).is_none() {
+            if self.host.model_backlog(&self.uri, self.serial).is_none() {
                 return;
             }
             notified.await;
@@ -228,7 +255,7 @@ impl Pump {
         loop {
             let gate = match self.gate.take() {
                 Some(g) => g,
-                None => match self.host.gate(&self.uri, self.id) {
+                None => match self.host.gate(&self.uri, self.serial) {
                     Some(g) => g,
                     None => return,
                 },
@@ -262,7 +289,7 @@ impl Pump {
     /// the socket of every subscriber that keeps up, or the flood merge window is open, up to
     /// [`COALESCE_BYTES`]. A non-output event ends the merge and is kept for later. Returns the
     /// batch and its output bytes.
-    async fn merge(&mut self, mut batch: Vec<PtyEvent>) -> (Vec<PtyEvent>, usize) {
+    async fn merge(&mut self, mut batch: Vec<OutputItem>) -> (Vec<OutputItem>, usize) {
         let mut bytes = batch_bytes(&batch);
         loop {
             while bytes < COALESCE_BYTES {

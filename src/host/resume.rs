@@ -2,6 +2,9 @@
 //! per-channel histories (replay) or with snapshots, superseding other connections of the
 //! same `clientId`; the orphan clock of each terminal follows its claim holder's presence and
 //! [`Host::reap_orphans`] disposes terminals whose holder stayed away past the grace period.
+//!
+//! May touch: the store under the host lock, connections' outboxes (superseded ones are
+//! closed), and removed terminals' `Pty` (the reaper kills them).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -11,10 +14,8 @@ use ahp_types::commands::{ReconnectResult, ReconnectSnapshotResult};
 
 use super::channel::{self, ChannelKind};
 use super::history::Entry;
-use super::{ConnId, Host, Inner};
-use crate::rpc::error::RpcError;
-use crate::rpc::frame;
-use crate::rpc::version::{self, Wire};
+use super::{ConnId, Host, HostError, Inner};
+use crate::codec::{self, version, Wire};
 
 /// Largest `reconnect` replay, in bytes of encoded envelopes; a longer one is answered with
 /// snapshots instead, which are never larger than the retained state.
@@ -155,12 +156,14 @@ impl RecentClients {
 }
 
 impl Host {
-    /// `reconnect` (notes §4): resumes `client_id` on this connection.
+    /// `reconnect` (docs/protocol.md, "`reconnect`"): resumes `client_id` on this connection.
     ///
-    /// A `clientId` that never presented itself to this daemon (e.g. one from before a
-    /// restart, whose `last_seen` belongs to another process's sequence) cannot be resumed:
-    /// the answer is -32008, nothing changes, and the client is expected to `initialize`
-    /// (as VS Code and the `ahp` runtime do); the return value is then `None`.
+    /// The `clientId` and `subscriptions` are checked first as for `initialize` (an error is
+    /// returned and nothing happens). A `clientId` that never presented itself to this daemon
+    /// (e.g. one from before a restart, whose `last_seen` belongs to another process's
+    /// sequence) cannot be resumed: the answer is not found (-32008), nothing changes, and the
+    /// client is expected to `initialize` (as VS Code and the `ahp` runtime do); the return
+    /// value is then `Ok(None)`.
     ///
     /// Otherwise, any other live connection of the same `clientId` is closed first (code
     /// [`CLOSE_SUPERSEDED`]) and loses its subscriptions. If every requested channel that still
@@ -178,20 +181,21 @@ impl Host {
         conn: ConnId,
         client_id: String,
         last_seen: i64,
-        subscriptions: &[&str],
-        respond: impl FnOnce(Result<(&str, Wire), RpcError>) -> String,
-    ) -> Option<Wire> {
+        subscriptions: &[String],
+        respond: impl FnOnce(Result<(&str, Wire), HostError>) -> String,
+    ) -> Result<Option<Wire>, HostError> {
+        let subscriptions = self.check_handshake(&client_id, "subscriptions", subscriptions)?;
         // Which channels exist, looked up outside one long lock hold; re-checked below.
-        let exists = self.existing(subscriptions);
+        let exists = self.existing(&subscriptions);
         let mut inner = self.lock();
         if !inner.seen_clients.contains(&client_id) {
             tracing::info!(conn, %client_id, "reconnect refused: unknown client");
-            let text = respond(Err(RpcError::not_found(format!(
+            let text = respond(Err(HostError::not_found(format!(
                 "reconnect: client {client_id:?} is not known to this ahpty process (it \
                  restarted or forgot the client); call initialize instead"
             ))));
             inner.send(conn, text);
-            return None;
+            return Ok(None);
         }
         let others: Vec<ConnId> = inner
             .connections
@@ -284,13 +288,13 @@ impl Host {
                         .iter()
                         .map(|e| version::envelope_for(e.envelope_json(), wire))
                         .collect();
-                    frame::replay_result(envelopes.iter().map(|e| e.as_ref()), &missing)
+                    codec::replay_result(envelopes.iter().map(|e| e.as_ref()), &missing)
                 }
                 Answer::Snapshot(result) => version::reconnect_result_json(&result, wire),
             };
             respond(Ok((&json, wire)))
         });
-        Some(wire)
+        Ok(Some(wire))
     }
 
     /// Disposes the terminals whose claim holder has had no live connection for longer than
@@ -305,7 +309,7 @@ impl Host {
             let notified = self.flow.reaper.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let (expired, next): (Vec<Expired>, Option<Instant>) = {
+            let (expired, next): (Vec<Expired>, Option<tokio::time::Instant>) = {
                 let mut inner = self.lock();
                 if inner.shutting_down {
                     return;
@@ -345,7 +349,7 @@ impl Host {
                 Some(at) => {
                     tokio::select! {
                         _ = &mut notified => {}
-                        _ = tokio::time::sleep_until(at.into()) => {}
+                        _ = tokio::time::sleep_until(at) => {}
                     }
                 }
                 None => notified.await,
@@ -357,7 +361,7 @@ impl Host {
 impl Inner {
     /// Starts or stops each terminal's orphan clock after presence or ownership changed.
     pub(super) fn refresh_orphans(&mut self) {
-        let now = Instant::now();
+        let now = tokio::time::Instant::now();
         for t in self.terminals.values_mut() {
             if self.clients.contains_key(&t.holder) {
                 t.orphaned_since = None;

@@ -25,6 +25,8 @@
 //!
 //! Everything here runs under the host lock and is bounded (copies of at most the retained
 //! content); the emulation runs in [`run`], on the blocking pool.
+//!
+//! May touch: its terminal's entry under the host lock and the terminal's `Pty` (query replies).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -34,7 +36,7 @@ use tokio::sync::Notify;
 
 use super::{scrollback, Host};
 use crate::terminal::model::{self, Frozen, Model, Reply};
-use crate::terminal::PtyProcess;
+use crate::terminal::Pty;
 
 /// The model moves up once the content a snapshot retains starts this many bytes past it, or
 /// a quarter of `--scrollback-bytes` if that is less (so a snapshot carries at most that much
@@ -323,7 +325,7 @@ impl Screen {
     /// Handles the replies to queries found in output just appended: `at` is each query's
     /// offset. Replies that need no model are written at once unless a cursor report is
     /// still being computed (then they wait their turn).
-    pub(super) fn queries(&mut self, replies: Vec<(u64, Reply)>, process: Option<&PtyProcess>) {
+    pub(super) fn queries(&mut self, replies: Vec<(u64, Reply)>, process: Option<&dyn Pty>) {
         for (at, reply) in replies {
             if self.replies.is_empty() && !matches!(reply, Reply::CursorPosition { .. }) {
                 self.write_reply(&reply, process);
@@ -334,7 +336,7 @@ impl Screen {
         }
     }
 
-    fn write_reply(&self, reply: &Reply, process: Option<&PtyProcess>) {
+    fn write_reply(&self, reply: &Reply, process: Option<&dyn Pty>) {
         let bytes = match reply {
             Reply::Bytes(b) => b.clone(),
             Reply::WindowSize { op } => {
@@ -485,7 +487,7 @@ impl Screen {
 
     /// Publishes a job's results (under the lock). Offsets only grow, so a result computed
     /// while more output arrived is still right for the point it was computed at.
-    fn publish(&mut self, done: Done, process: Option<&PtyProcess>) {
+    fn publish(&mut self, done: Done, process: Option<&dyn Pty>) {
         if let Some((at, frozen)) = done.base.clone() {
             self.advance_to(at, frozen);
         }
@@ -528,7 +530,7 @@ impl Screen {
     }
 
     /// Publishes a job's repaint and cursor report.
-    fn publish_rest(&mut self, done: Done, process: Option<&PtyProcess>) {
+    fn publish_rest(&mut self, done: Done, process: Option<&dyn Pty>) {
         if let Some(repaint) = done.repaint {
             if self.resizes.back().is_some_and(|r| r.at == repaint.0) {
                 self.repaint = Some(repaint);
@@ -634,14 +636,14 @@ fn compute(job: Job) -> Done {
     done
 }
 
-/// The model task of terminal `id` at `uri`: runs jobs as they come, until the terminal is
-/// gone.
-pub(super) async fn run(host: Arc<Host>, uri: String, id: u64, wake: Arc<Notify>) {
+/// The model task of the terminal at `uri` numbered `serial`: runs jobs as they come, until
+/// the terminal is gone.
+pub(super) async fn run(host: Arc<Host>, uri: String, serial: u64, wake: Arc<Notify>) {
     loop {
         let job = {
             let mut inner = host.lock();
             let cap = inner.scrollback_bytes;
-            let Some(t) = inner.terminals.get_mut(&uri).filter(|t| t.id == id) else {
+            let Some(t) = inner.terminals.get_mut(&uri).filter(|t| t.serial == serial) else {
                 return;
             };
             t.screen.job(&t.state, cap)
@@ -654,7 +656,7 @@ pub(super) async fn run(host: Arc<Host>, uri: String, id: u64, wake: Arc<Notify>
             return;
         };
         let mut inner = host.lock();
-        let Some(t) = inner.terminals.get_mut(&uri).filter(|t| t.id == id) else {
+        let Some(t) = inner.terminals.get_mut(&uri).filter(|t| t.serial == serial) else {
             return;
         };
         let process = t.process.clone();

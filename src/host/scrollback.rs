@@ -6,14 +6,17 @@
 //! moves each byte at most once instead of moving the whole buffer on every append. Trimming
 //! drops whole leading parts while what remains still holds at least the cap, then cuts the
 //! head of the oldest remaining one, always on a character boundary and never inside an escape
-//! sequence, preferring a line start: so one command whose output alone exceeds the cap keeps
-//! the last cap bytes of it. A running (incomplete) command part is never dropped
-//! (`terminal/commandFinished` finds it by id); only the head of its output may be cut.
-//! A trim is not an action: it shows only in later snapshots.
+//! sequence (as the output framer, `terminal::escape`, delimits them), preferring a line
+//! start: so one command whose output alone exceeds the cap keeps the last cap bytes of it. A
+//! running (incomplete) command part is never dropped (`terminal/commandFinished` finds it by
+//! id); only the head of its output may be cut. A trim is not an action: it shows only in later
+//! snapshots (docs/protocol.md, "Retained content"). Pure functions on a `TerminalState`.
 
 use ahp_types::state::{
     TerminalCommandPart, TerminalContentPart, TerminalState, TerminalUnclassifiedPart,
 };
+
+use crate::terminal::escape::sequence_len;
 
 /// How far past the byte cut [`trim`] looks for a newline to cut after, in bytes.
 const LINE_SEARCH_BYTES: usize = 4096;
@@ -147,7 +150,7 @@ const SEQUENCE_SEARCH_BYTES: usize = 4096;
 
 /// The smallest cut ≥ `at` that lies on a character boundary, moved to just after a newline
 /// when one is within [`LINE_SEARCH_BYTES`], and past the end of an escape sequence it would
-/// otherwise split.
+/// otherwise split (the sequence as the output framer delimits it, [`sequence_len`]).
 fn cut_point(text: &str, at: usize) -> usize {
     if at >= text.len() {
         return text.len();
@@ -163,7 +166,8 @@ fn cut_point(text: &str, at: usize) -> usize {
     }
     let back = cut.saturating_sub(SEQUENCE_SEARCH_BYTES);
     if let Some(esc) = bytes[back..cut].iter().rposition(|&b| b == 0x1b) {
-        if let Some(end) = sequence_end(bytes, back + esc) {
+        let start = back + esc;
+        if let Some(end) = sequence_len(&bytes[start..]).map(|n| start + n) {
             if end > cut {
                 cut = end;
                 while !text.is_char_boundary(cut) {
@@ -175,39 +179,11 @@ fn cut_point(text: &str, at: usize) -> usize {
     cut
 }
 
-/// The index just past the escape sequence starting with ESC at `start`, or `None` if it is
-/// not terminated within `bytes`. CSI ends at a final byte 0x40–0x7E; OSC at BEL or ST;
-/// DCS/SOS/PM/APC at ST; other ESC sequences at their first byte 0x30–0x7E.
-fn sequence_end(bytes: &[u8], start: usize) -> Option<usize> {
-    let kind = *bytes.get(start + 1)?;
-    let body = start + 2;
-    match kind {
-        b'[' => bytes[body..]
-            .iter()
-            .position(|b| (0x40..=0x7e).contains(b))
-            .map(|i| body + i + 1),
-        b']' | b'P' | b'X' | b'^' | b'_' => {
-            let mut i = body;
-            while i < bytes.len() {
-                match bytes[i] {
-                    0x07 if kind == b']' => return Some(i + 1),
-                    0x1b if bytes.get(i + 1) == Some(&b'\\') => return Some(i + 2),
-                    _ => i += 1,
-                }
-            }
-            None
-        }
-        _ => bytes[start + 1..]
-            .iter()
-            .position(|b| (0x30..=0x7e).contains(b))
-            .map(|i| start + 1 + i + 1),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use ahp_types::state::*;
+    use ahp_types::state::{TerminalCommandPart, TerminalUnclassifiedPart};
 
     fn state(parts: Vec<TerminalContentPart>) -> TerminalState {
         TerminalState {

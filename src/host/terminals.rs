@@ -7,6 +7,9 @@
 //! reduced one by one (the reducer appends each to the content, the one copy it needs) and
 //! escaped straight into the envelope's frame, which is encoded once and shared by every
 //! subscriber's queue and the history.
+//!
+//! May touch: the store under the host lock, subscribers' outboxes, the `PtySystem` (spawn, on
+//! the blocking pool) and the terminals' `Pty` (kill).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -23,18 +26,18 @@ use ahp_types::state::{
     TerminalState,
 };
 use serde_json::Value;
-use tokio_tungstenite::tungstenite::Utf8Bytes;
 
 use super::channel::{self, ChannelKind};
 use super::flow::{Gate, Subscribers};
 use super::history::History;
 use super::outbox::OutboxRef;
 use super::persist::{self, Removed};
-use super::{pump, screen, scrollback, validate, ConnEntry, ConnId, Host, Inner, TerminalEntry};
+use super::{
+    pump, screen, scrollback, validate, ConnEntry, ConnId, Host, HostError, Inner, TerminalEntry,
+};
+use crate::codec::{self, version, Frame};
 use crate::config::{EXE_ENV, HOST_ID_ENV, TERMINAL_ENV};
-use crate::rpc::error::RpcError;
-use crate::rpc::{frame, version};
-use crate::terminal::{self, shell_integration, OutputPipeline, PtyEvent, SpawnRequest};
+use crate::terminal::{shell_integration, OutputItem, OutputPipeline, SpawnRequest};
 
 /// Largest `data` of one `terminal/data` envelope, in bytes; longer output is split on
 /// character boundaries.
@@ -52,18 +55,26 @@ fn own_executable() -> Option<std::ffi::OsString> {
 }
 
 impl Host {
-    /// `createTerminal` (notes §9.5): validates, spawns the shell on a new pty, registers the
-    /// terminal and emits `root/terminalsChanged` before returning.
+    /// `createTerminal` (docs/protocol.md, "Terminals"): validates, spawns the shell on a new
+    /// pty, registers the terminal and emits `root/terminalsChanged` before returning.
+    /// `raw_claim` is `params.claim` as the client sent it: its shape is checked on the raw
+    /// JSON too ([`validate::parse_claim`]), as the typed decoder accepts some malformed claims.
     ///
-    /// Errors: -32602 (channel, claim, cwd form or permission, size, a `name` over 4096
-    /// characters; control characters are removed from it), -32010
-    /// (URI exists), -32008 (cwd missing), -32603 (the shell cannot be started — nothing is
-    /// left registered —, the terminal limit, or a connection that is closing).
+    /// Errors: invalid params (-32602: channel, claim, cwd form or permission, size, a `name`
+    /// over 4096 characters; control characters are removed from it), already exists (-32010:
+    /// the URI, decision D1), not found (-32008: the cwd), internal (-32603: the shell cannot be
+    /// started — nothing is left registered —, the terminal limit, a connection that is
+    /// closing).
     pub async fn create_terminal(
         self: &Arc<Self>,
         conn: ConnId,
         params: CreateTerminalParams,
-    ) -> Result<(), RpcError> {
+        raw_claim: Option<&Value>,
+    ) -> Result<(), HostError> {
+        if let Some(raw) = raw_claim {
+            validate::parse_claim(raw)
+                .map_err(|msg| HostError::invalid_params(format!("claim: {msg}")))?;
+        }
         let uri = params.channel.clone();
         channel::check_new_terminal_uri(&uri)?;
         let claim = params.claim.clone();
@@ -76,8 +87,10 @@ impl Host {
         let shell = self.config.shell.clone();
         if let Some(name) = &params.name {
             validate::check_title(name)
-                .map_err(|m| RpcError::invalid_params(format!("name: {m}")))?;
+                .map_err(|m| HostError::invalid_params(format!("name: {m}")))?;
         }
+        // A name the client gave is the title for good: escape sequences no longer change it.
+        let named = params.name.is_some();
         let title = match &params.name {
             Some(name) => shell_integration::sanitize_title(name),
             None => shell_name(&shell),
@@ -85,16 +98,16 @@ impl Host {
         let holder = {
             let mut inner = self.lock();
             if inner.shutting_down {
-                return Err(RpcError::internal("ahpty is shutting down"));
+                return Err(HostError::internal("ahpty is shutting down"));
             }
             if inner.upgrading {
-                return Err(RpcError::internal("ahpty is upgrading; retry in a moment"));
+                return Err(HostError::internal("ahpty is upgrading; retry in a moment"));
             }
-            if inner.terminals.contains_key(&uri) || inner.reserved.contains(&uri) {
-                return Err(RpcError::already_exists(&uri));
+            if inner.terminals.contains_key(&uri) || inner.spawning.contains(&uri) {
+                return Err(HostError::already_exists(&uri));
             }
-            if inner.terminals.len() + inner.reserved.len() >= self.config.max_terminals {
-                return Err(RpcError::internal(format!(
+            if inner.terminals.len() + inner.spawning.len() >= self.config.max_terminals {
+                return Err(HostError::internal(format!(
                     "terminal limit reached: this host runs at most {} terminals \
                      (--max-terminals); dispose one first",
                     self.config.max_terminals
@@ -106,9 +119,9 @@ impl Host {
                 .get(&conn)
                 .and_then(|c| c.client_id.clone())
             else {
-                return Err(RpcError::internal("this connection is closing"));
+                return Err(HostError::internal("this connection is closing"));
             };
-            inner.reserved.insert(uri.clone());
+            inner.spawning.insert(uri.clone());
             match &claim {
                 TerminalClaim::Client(c) => c.client_id.clone(),
                 TerminalClaim::Session(_) => me,
@@ -128,6 +141,7 @@ impl Host {
         }
         let pipeline = OutputPipeline::new(nonce.clone(), Some(cwd_uri.clone()), inject)
             .with_report_colors(self.config.report_colors);
+        let ptys = self.ptys.clone();
         let started = tokio::task::spawn_blocking(move || {
             let mut request = request;
             if inject {
@@ -135,29 +149,29 @@ impl Host {
                 request.args = injection.args;
                 request.env.extend(injection.env);
             }
-            terminal::start(request, pipeline)
+            ptys.start(request, pipeline)
         })
         .await;
         let (process, events) = match started {
             Ok(Ok(x)) => x,
             Ok(Err(e)) => {
-                self.lock().reserved.remove(&uri);
+                self.lock().spawning.remove(&uri);
                 tracing::warn!(terminal = %uri, error = %e, "cannot start terminal");
-                return Err(RpcError::internal(format!("cannot start the shell: {e}")));
+                return Err(HostError::internal(format!("cannot start the shell: {e}")));
             }
             Err(e) => {
-                self.lock().reserved.remove(&uri);
-                return Err(RpcError::internal(format!("cannot start the shell: {e}")));
+                self.lock().spawning.remove(&uri);
+                return Err(HostError::internal(format!("cannot start the shell: {e}")));
             }
         };
         let wake = Arc::new(tokio::sync::Notify::new());
         let screen = screen::Screen::new(cols, rows);
         let model_wake = screen.wake();
-        let id = {
+        let serial = {
             let mut inner = self.lock();
-            inner.reserved.remove(&uri);
-            let id = inner.next_terminal;
-            inner.next_terminal += 1;
+            inner.spawning.remove(&uri);
+            let serial = inner.next_serial;
+            inner.next_serial += 1;
             // Envelopes of this terminal all come after this point (see `History`).
             let floor = inner.server_seq;
             let state = TerminalState {
@@ -174,12 +188,12 @@ impl Host {
             inner.terminals.insert(
                 uri.clone(),
                 TerminalEntry {
-                    id,
+                    serial,
                     state,
                     subscribers: Subscribers::new(wake.clone()),
                     process: Some(process.clone()),
                     holder,
-                    renamed_by_client: false,
+                    renamed_by_client: named,
                     content_bytes: 0,
                     history: History::new(self.config.history_bytes, floor),
                     orphaned_since: None,
@@ -197,23 +211,23 @@ impl Host {
                 let entry = inner.terminals.remove(&uri);
                 Err(entry.map(|t| inner.removed(t)))
             } else {
-                Ok(id)
+                Ok(serial)
             }
         };
-        let id = match id {
-            Ok(id) => id,
+        let serial = match serial {
+            Ok(serial) => serial,
             Err(removed) => {
                 let removed = removed.unwrap_or(Removed {
                     process: Some(process),
                     transcript: None,
                 });
                 self.kill(removed).await;
-                return Err(RpcError::internal("ahpty is shutting down"));
+                return Err(HostError::internal("ahpty is shutting down"));
             }
         };
         tracing::info!(terminal = %uri, pid = process.pid(), shell = %shell.display(), "terminal created");
-        tokio::spawn(screen::run(self.clone(), uri.clone(), id, model_wake));
-        tokio::spawn(pump::run(self.clone(), uri, id, events, wake));
+        tokio::spawn(screen::run(self.clone(), uri.clone(), serial, model_wake));
+        tokio::spawn(pump::run(self.clone(), uri, serial, events, wake));
         Ok(())
     }
 
@@ -255,42 +269,43 @@ impl Host {
         }
     }
 
-    /// `disposeTerminal` (notes §9.6), first half: removes the terminal (no more actions on
-    /// its channel; its URI is free again), queues the deletion of its transcript and emits
-    /// `root/terminalsChanged`. The caller then kills its processes and waits for the deletion
-    /// with [`Host::kill`] before answering.
-    /// Errors: unknown terminal → -32008; session/chat URI → -32001; not a URI → -32602.
-    pub fn remove_terminal(&self, uri: &str) -> Result<Removed, RpcError> {
+    /// `disposeTerminal` (docs/protocol.md, "`disposeTerminal`"), first half: removes the
+    /// terminal (no more actions on its channel; its URI is free again), queues the deletion
+    /// of its transcript and emits `root/terminalsChanged`. The caller then kills its
+    /// processes and waits for the deletion with [`Host::kill`] before answering.
+    /// Errors (decision D2): unknown terminal → not found (-32008); session/chat URI → session
+    /// not found (-32001); not a URI → invalid params (-32602).
+    pub fn remove_terminal(&self, uri: &str) -> Result<Removed, HostError> {
         let mut inner = self.lock();
         match channel::classify(uri) {
-            ChannelKind::Session => return Err(RpcError::session_not_found(uri)),
+            ChannelKind::Session => return Err(HostError::session_not_found(uri)),
             ChannelKind::Invalid(msg) => {
-                return Err(RpcError::invalid_params(format!("channel: {msg}")))
+                return Err(HostError::invalid_params(format!("channel: {msg}")))
             }
             _ => {}
         }
         let Some(entry) = inner.remove_terminal(uri) else {
-            return Err(RpcError::not_found(format!("terminal not found: {uri}")));
+            return Err(HostError::not_found(format!("terminal not found: {uri}")));
         };
         let removed = inner.removed(entry);
         tracing::info!(terminal = %uri, pid = removed.pid(), "terminal disposed");
         Ok(removed)
     }
 
-    /// Output of terminal `id` at `uri`, in stream order (called by the terminal's pump).
+    /// Output of the terminal at `uri` numbered `serial`, in stream order (called by the terminal's pump).
     /// Fills `in_flight` with each subscriber's queue and a ticket that is written once this
     /// update has reached that subscriber's socket (see [`OutboxRef::is_written`]), and returns
     /// the terminal's gate for what follows; `None` if the terminal is gone.
     pub(super) fn apply_output(
         &self,
         uri: &str,
-        id: u64,
-        events: Vec<PtyEvent>,
+        serial: u64,
+        events: Vec<OutputItem>,
         in_flight: &mut Vec<(OutboxRef, u64)>,
     ) -> Option<Gate> {
         in_flight.clear();
         let mut inner = self.lock();
-        if inner.terminals.get(uri).is_none_or(|t| t.id != id) {
+        if inner.terminals.get(uri).is_none_or(|t| t.serial != serial) {
             return None;
         }
         let mut pieces = Vec::with_capacity(events.len());
@@ -299,15 +314,15 @@ impl Host {
         let mut seen = 0;
         for ev in events {
             match ev {
-                PtyEvent::Data(d) => {
+                OutputItem::Data(d) => {
                     seen += d.len() as u64;
                     pieces.push(d);
                 }
-                PtyEvent::Action(a) => {
+                OutputItem::Action(a) => {
                     inner.emit_data(uri, std::mem::take(&mut pieces));
                     inner.apply_server_action(uri, *a);
                 }
-                PtyEvent::Reply(r) => replies.push((seen, r)),
+                OutputItem::Reply(r) => replies.push((seen, r)),
             }
         }
         inner.emit_data(uri, pieces);
@@ -327,18 +342,19 @@ impl Host {
         inner.gate(uri)
     }
 
-    /// The wake-up to wait for when terminal `id`'s model is too far behind for more output
-    /// to be taken (see `screen.rs`); `None` when it may go on.
-    pub(super) fn model_backlog(&self, uri: &str, id: u64) -> Option<Arc<tokio::sync::Notify>> {
+    /// The wake-up to wait for when the model of the terminal at `uri` numbered `serial` is
+    /// too far behind for more output to be taken (see `screen.rs`); `None` when it may go on.
+    pub(super) fn model_backlog(&self, uri: &str, serial: u64) -> Option<Arc<tokio::sync::Notify>> {
         let inner = self.lock();
-        let t = inner.terminals.get(uri).filter(|t| t.id == id)?;
+        let t = inner.terminals.get(uri).filter(|t| t.serial == serial)?;
         t.screen.backlog()
     }
 
-    /// The process of terminal `id` exited: `terminal/exited`, then the root update.
-    pub(super) fn apply_exited(&self, uri: &str, id: u64, exit_code: Option<i64>) {
+    /// The process of the terminal at `uri` numbered `serial` exited: `terminal/exited`, then
+    /// the root update.
+    pub(super) fn apply_exited(&self, uri: &str, serial: u64, exit_code: Option<i64>) {
         let mut inner = self.lock();
-        if inner.terminals.get(uri).is_none_or(|t| t.id != id) {
+        if inner.terminals.get(uri).is_none_or(|t| t.serial != serial) {
             return;
         }
         tracing::info!(terminal = %uri, exit_code, "terminal exited");
@@ -414,9 +430,9 @@ impl Inner {
             origin,
             rejection_reason: None,
         };
-        let text: Utf8Bytes = match encoded {
-            Some(action_json) => frame::action_encoded(&envelope, &action_json),
-            None => frame::action(&envelope),
+        let text: Frame = match encoded {
+            Some(action_json) => codec::action_encoded(&envelope, &action_json),
+            None => codec::action(&envelope),
         }
         .into();
         fan_out(
@@ -479,7 +495,7 @@ impl Inner {
         }
         t.screen.appended(added, cap);
         t.add_content(added, cap);
-        let text: Utf8Bytes = frame::data_action(uri, seq, &pieces).into();
+        let text: Frame = codec::data_action(uri, seq, &pieces).into();
         fan_out(&mut self.connections, &t.subscribers, None, &text);
         let kind = persist::Kind::State;
         persist::record(self.store.as_deref(), t, uri, cap, &text, kind);
@@ -521,10 +537,10 @@ impl Inner {
                 let json = t
                     .info_json
                     .get_or_insert_with(|| serde_json::to_string(&info).unwrap_or_default());
-                (t.id, info, json.as_str())
+                (t.serial, info, json.as_str())
             })
             .collect();
-        rows.sort_by_key(|(id, _, _)| *id);
+        rows.sort_by_key(|(serial, _, _)| *serial);
         let action_json = terminals_changed_json(rows.iter().map(|(_, _, json)| *json));
         let action = StateAction::RootTerminalsChanged(RootTerminalsChangedAction {
             terminals: rows.into_iter().map(|(_, info, _)| info).collect(),
@@ -538,7 +554,7 @@ impl Inner {
             origin: None,
             rejection_reason: None,
         };
-        let text: Utf8Bytes = frame::action_encoded(&envelope, &action_json).into();
+        let text: Frame = codec::action_encoded(&envelope, &action_json).into();
         fan_out(
             &mut self.connections,
             &self.root_subscribers,
@@ -570,7 +586,7 @@ fn fan_out<'a>(
     connections: &mut HashMap<ConnId, ConnEntry>,
     subscribers: impl IntoIterator<Item = &'a ConnId>,
     envelope: Option<&ActionEnvelope>,
-    text: &Utf8Bytes,
+    text: &Frame,
 ) {
     let mut encodings = envelope.map(|e| version::Encodings::new(e, text));
     for c in subscribers {
@@ -597,11 +613,11 @@ fn terminals_changed_json<'a>(rows: impl Iterator<Item = &'a str>) -> String {
     out
 }
 
-fn size_param(name: &str, value: Option<i64>, default: u16) -> Result<u16, RpcError> {
+fn size_param(name: &str, value: Option<i64>, default: u16) -> Result<u16, HostError> {
     match value {
         None => Ok(default),
         Some(v) => {
-            validate::dimension_value(name, &Value::from(v)).map_err(RpcError::invalid_params)
+            validate::dimension_value(name, &Value::from(v)).map_err(HostError::invalid_params)
         }
     }
 }

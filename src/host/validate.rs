@@ -10,12 +10,10 @@ use ahp_types::actions::StateAction;
 use ahp_types::state::{TerminalClaim, TerminalSessionClaim};
 use serde_json::{json, Value};
 
-use crate::terminal::shell_integration::sanitize_title;
+// Titles a client sets (`terminal/titleChanged`, `createTerminal.name`) have the same cap,
+// in characters, as titles set by escape sequences.
+use crate::terminal::shell_integration::{sanitize_title, MAX_TITLE_CHARS};
 use crate::terminal::MAX_DIMENSION;
-
-/// Longest title a client may set (`terminal/titleChanged`, `createTerminal.name`), in
-/// characters — the same cap as titles set by escape sequences.
-pub use crate::terminal::shell_integration::MAX_TITLE_CHARS;
 
 /// Longest URI accepted anywhere (channels, `initialSubscriptions` and `reconnect` entries,
 /// a session claim's `session` and `chat`), in bytes.
@@ -228,7 +226,7 @@ pub fn parse_claim(raw: &Value) -> Result<TerminalClaim, String> {
         Some(k) => {
             return Err(format!(
                 "claim.kind {:?} is neither \"client\" nor \"session\"",
-                crate::rpc::error::clip(k.to_string(), 64)
+                crate::codec::clip(k.to_string(), 64)
             ))
         }
         None => return Err("claim.kind must be \"client\" or \"session\"".into()),

@@ -1,11 +1,13 @@
 //! Which protocol version each connection and each `clientId` speaks, as far as the store
-//! needs to know: envelopes are encoded per connection (`rpc::version::Encodings`) and a
+//! needs to know: envelopes are encoded per connection (`codec::version::Encodings`) and a
 //! `reconnect` is answered in the version its `clientId` negotiated last (remembered with the
 //! client itself, see `resume::RecentClients`, so it is bounded and expires the same way). The
-//! translation itself lives in `rpc::version`; this file only keeps the bookkeeping.
+//! translation itself lives in `codec::version`; this file only keeps the bookkeeping.
+//!
+//! May touch: the per-connection version records in the store; no I/O.
 
 use super::{ConnId, Host, Inner};
-use crate::rpc::version::Wire;
+use crate::codec::Wire;
 
 impl Host {
     /// Records the version `conn` negotiated in `initialize` for `client_id`, before the

@@ -1,12 +1,14 @@
-//! The method table: one connection's view of AHP methods (notes §3, §5, §11).
+//! The method table: one connection's view of AHP methods (docs/protocol.md, "Methods").
 //!
 //! Before `initialize` only `ping`, `initialize` and `reconnect` are served; other requests,
 //! and a second handshake, get -32601 as from the reference host. Results and envelopes are
-//! encoded for the negotiated protocol version ([`super::version`]).
+//! encoded for the negotiated protocol version ([`crate::codec::version`]).
 //! Requests take effect in the order they arrive (a `subscribe` sent right after
 //! `createTerminal` finds the terminal). The only wait inline is spawning a shell (a fork/exec);
 //! `disposeTerminal` removes the terminal inline and waits for its processes to die in a
 //! separate task, so a `ping` is never stuck behind it.
+//!
+//! May touch: the host's API and this connection's outbox; nothing of the socket.
 
 use std::sync::Arc;
 
@@ -18,22 +20,21 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
-use super::error::{self, RpcError};
+use super::error::RpcError;
 use super::frame::{self, Incoming, RequestId};
 use super::params;
-use super::version::{self, Wire};
+use crate::codec::{self, version, Wire};
 use crate::host::channel::{self, ChannelKind};
-use crate::host::validate;
-use crate::host::{ConnId, Host, Outbox};
+use crate::host::{catalog, ConnId, Host, Outbox};
 
 /// Frames at least this large (bytes) are parsed and handled off the async worker threads
 /// (see [`offload`]).
-pub const BIG_FRAME_BYTES: usize = 64 * 1024;
+const BIG_FRAME_BYTES: usize = 64 * 1024;
 
 /// Runs `f`, which may be CPU-heavy (parsing a large frame, encoding a large answer), with
 /// [`tokio::task::block_in_place`] when `heavy` and on a multi-threaded runtime, so the other
 /// tasks of the worker thread move to another thread instead of waiting for it.
-pub fn offload<R>(heavy: bool, f: impl FnOnce() -> R) -> R {
+fn offload<R>(heavy: bool, f: impl FnOnce() -> R) -> R {
     use tokio::runtime::{Handle, RuntimeFlavor};
     let multi =
         Handle::try_current().is_ok_and(|h| h.runtime_flavor() == RuntimeFlavor::MultiThread);
@@ -44,13 +45,40 @@ pub fn offload<R>(heavy: bool, f: impl FnOnce() -> R) -> R {
     }
 }
 
-/// What the connection should do after a message.
+/// What the connection does after a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Flow {
+pub enum Next {
     /// Keep reading.
     Continue,
     /// Flush what is queued, then close (e.g. after -32005).
     Close,
+}
+
+/// One frame, parsed ([`RpcConnection::parse`]) and waiting to be handled
+/// ([`RpcConnection::handle`]). A frame is parsed once, when it arrives, even if its
+/// connection then holds it back (see [`Message::jumps_the_queue`]).
+#[derive(Debug)]
+pub struct Message {
+    incoming: Incoming,
+    /// At least [`BIG_FRAME_BYTES`]: handled off the async worker threads.
+    big: bool,
+}
+
+impl Message {
+    /// Whether this message, received while its connection's own queue is congested, is
+    /// handled at once rather than held back behind the requests already held back: `ping`
+    /// always (it has no ordering); `dispatchAction` and `unsubscribe` notifications (input
+    /// such as Ctrl-C), and frames that only get an error or nothing, when nothing is held
+    /// back (so they keep their order relative to other requests). Other requests wait.
+    pub fn jumps_the_queue(&self, nothing_held_back: bool) -> bool {
+        match &self.incoming {
+            Incoming::Request { method, .. } => method == "ping",
+            Incoming::Notification { method, .. } => {
+                nothing_held_back && (method == "dispatchAction" || method == "unsubscribe")
+            }
+            _ => nothing_held_back,
+        }
+    }
 }
 
 /// One connection's RPC state.
@@ -90,20 +118,34 @@ impl RpcConnection {
         self.conn
     }
 
-    /// Handles one frame's text. A frame of [`BIG_FRAME_BYTES`] or more is parsed and handled
-    /// off the async worker threads, as are the requests whose answers can be large
-    /// (`subscribe`, and `initialize`/`reconnect` listing channels).
-    pub async fn handle_text(&mut self, text: &str) -> Flow {
+    /// Parses one frame's text ([`frame::parse`]); a frame of [`BIG_FRAME_BYTES`] or more off
+    /// the async worker threads.
+    pub fn parse(text: &str) -> Message {
         let big = text.len() >= BIG_FRAME_BYTES;
-        match offload(big, || frame::parse(text)) {
+        Message {
+            incoming: offload(big, || frame::parse(text)),
+            big,
+        }
+    }
+
+    /// Handles one parsed frame. A big frame's notification is handled off the async worker
+    /// threads, as are the requests whose answers can be large (`subscribe`, and
+    /// `initialize`/`reconnect` listing channels).
+    pub async fn handle(&mut self, message: Message) -> Next {
+        let big = message.big;
+        match message.incoming {
             Incoming::Invalid { id, error } => {
                 self.outbox.send(frame::error(&id, &error));
-                Flow::Continue
+                Next::Continue
             }
-            Incoming::Response => Flow::Continue,
+            Incoming::Response => Next::Continue,
+            Incoming::MalformedNotification { method, error } => {
+                tracing::debug!(method, %error, "malformed notification dropped");
+                Next::Continue
+            }
             Incoming::Notification { method, params } => {
                 offload(big, || self.notification(&method, params));
-                Flow::Continue
+                Next::Continue
             }
             Incoming::Request { id, method, params } => {
                 self.request(id, &method, params, big).await
@@ -111,9 +153,14 @@ impl RpcConnection {
         }
     }
 
+    /// [`RpcConnection::parse`], then [`RpcConnection::handle`].
+    pub async fn handle_text(&mut self, text: &str) -> Next {
+        self.handle(Self::parse(text)).await
+    }
+
     fn reply(&self, id: &RawValue, result: Result<Value, RpcError>) {
         let text = match result {
-            Ok(v) => frame::success(id, v),
+            Ok(v) => codec::success(id, v),
             Err(e) => frame::error(id, &e),
         };
         self.outbox.send(text);
@@ -146,11 +193,11 @@ impl RpcConnection {
         Ok(())
     }
 
-    async fn request(&mut self, id: RequestId, method: &str, params: Value, big: bool) -> Flow {
+    async fn request(&mut self, id: RequestId, method: &str, params: Value, big: bool) -> Next {
         match method {
             "ping" => {
                 self.reply(&id, Ok(Value::Null));
-                return Flow::Continue;
+                return Next::Continue;
             }
             "initialize" => {
                 let heavy = big || has_entries(&params, "initialSubscriptions");
@@ -159,7 +206,7 @@ impl RpcConnection {
             "reconnect" if !self.initialized => {
                 let heavy = big || has_entries(&params, "subscriptions");
                 offload(heavy, || self.reconnect(id, params));
-                return Flow::Continue;
+                return Next::Continue;
             }
             _ => {}
         }
@@ -170,14 +217,14 @@ impl RpcConnection {
                     "{method} is not available before initialize (or reconnect)"
                 ))),
             );
-            return Flow::Continue;
+            return Next::Continue;
         }
         match method {
             "subscribe" => offload(true, || self.subscribe(id, params)),
             "createTerminal" => self.create_terminal(id, params, big).await,
             "disposeTerminal" => self.dispose_terminal(id, params),
             // ahpty's extension: the terminal list with sizes, cwds, ages and holder presence.
-            crate::host::catalog::LIST_TERMINALS => {
+            catalog::LIST_TERMINALS => {
                 let listing = self.host.list_terminals(self.conn);
                 self.reply(
                     &id,
@@ -206,10 +253,10 @@ impl RpcConnection {
                 self.reply(&id, r);
             }
         }
-        Flow::Continue
+        Next::Continue
     }
 
-    fn initialize(&mut self, id: RequestId, params: Value) -> Flow {
+    fn initialize(&mut self, id: RequestId, params: Value) -> Next {
         if self.initialized {
             self.reply(
                 &id,
@@ -217,13 +264,13 @@ impl RpcConnection {
                     "initialize was already called on this connection; open a new one",
                 )),
             );
-            return Flow::Continue;
+            return Next::Continue;
         }
         let p: InitializeParams = match params::decode(&params) {
             Ok(p) => p,
             Err(e) => {
                 self.reply(&id, Err(e));
-                return Flow::Continue;
+                return Next::Continue;
             }
         };
         let (version, wire) = match version::negotiate(&p.protocol_versions) {
@@ -235,51 +282,36 @@ impl RpcConnection {
                         version::SUPPORTED_VERSION_RANGES,
                     )),
                 );
-                return Flow::Close;
+                return Next::Close;
             }
             Err(msg) => {
                 self.reply(
                     &id,
                     Err(RpcError::invalid_params(format!("protocolVersions: {msg}"))),
                 );
-                return Flow::Continue;
+                return Next::Continue;
             }
         };
         let subscriptions = p.initial_subscriptions.unwrap_or_default();
-        let subscriptions = match check_client(&p.client_id).and_then(|()| {
-            validate::channel_list(
-                "initialSubscriptions",
-                &subscriptions,
-                self.host.max_channel_list(),
-            )
-            .map_err(RpcError::invalid_params)
-        }) {
-            Ok(list) => list,
-            Err(e) => {
-                self.reply(&id, Err(e));
-                return Flow::Continue;
-            }
-        };
-        self.initialized = true;
-        self.wire = wire;
-        self.host.set_wire(self.conn, &p.client_id, wire);
         let client = p
             .client_info
             .as_ref()
-            .map(|c| c.name.as_str())
-            .unwrap_or("?");
-        tracing::info!(
-            conn = self.conn,
-            client_id = %p.client_id,
-            client = %error::clip(client.to_string(), 64),
-            %version,
-            "client initialized"
-        );
+            .map(|c| codec::clip(c.name.clone(), 64))
+            .unwrap_or_else(|| "?".into());
+        let client_version = p
+            .client_info
+            .as_ref()
+            .and_then(|c| c.version.clone())
+            .map(|v| codec::clip(v, 64))
+            .unwrap_or_else(|| "?".into());
+        let client_id = p.client_id;
         let default_directory = self.host.default_directory();
-        self.host.initialize(
+        let logged = (self.conn, client_id.clone(), version.clone());
+        let initialized = self.host.initialize(
             self.conn,
-            p.client_id,
+            client_id,
             &subscriptions,
+            wire,
             |server_seq, snapshots| {
                 let result = InitializeResult {
                     protocol_version: version,
@@ -300,15 +332,30 @@ impl RpcConnection {
                 version::initialize_response(&id, &result, wire)
             },
         );
-        Flow::Continue
+        match initialized {
+            Ok(()) => {
+                self.initialized = true;
+                self.wire = wire;
+                let (conn, client_id, version) = logged;
+                tracing::debug!(
+                    conn,
+                    %client_id,
+                    %client,
+                    %client_version,
+                    %version,
+                    "client initialized"
+                );
+            }
+            Err(e) => self.reply(&id, Err(e.into())),
+        }
+        Next::Continue
     }
 
     /// `reconnect {clientId, lastSeenServerSeq, subscriptions}`; a missing `channel` is
     /// tolerated (VS Code omits it). The connection counts as initialized after it, unless it
-    /// was refused (-32008 for a client this process does not know: `initialize` may follow).
-    /// A `clientId` over [`validate::MAX_ID_BYTES`], or `subscriptions` over
-    /// [`Host::max_channel_list`] entries or with an entry over [`validate::MAX_URI_BYTES`] →
-    /// -32602 (and the connection stays uninitialized).
+    /// was refused (-32008 for a client this process does not know: `initialize` may follow),
+    /// or its `clientId` or `subscriptions` were out of bounds (-32602; see
+    /// [`Host::reconnect`]).
     fn reconnect(&mut self, id: RequestId, mut params: Value) {
         if let Value::Object(m) = &mut params {
             m.entry("channel")
@@ -318,31 +365,23 @@ impl RpcConnection {
             Ok(p) => p,
             Err(e) => return self.reply(&id, Err(e)),
         };
-        let checked = check_client(&p.client_id).and_then(|()| {
-            validate::channel_list(
-                "subscriptions",
-                &p.subscriptions,
-                self.host.max_channel_list(),
-            )
-            .map_err(RpcError::invalid_params)
-        });
-        let subscriptions = match checked {
-            Ok(list) => list,
-            Err(e) => return self.reply(&id, Err(e)),
-        };
         let resumed = self.host.reconnect(
             self.conn,
             p.client_id,
             p.last_seen_server_seq,
-            &subscriptions,
+            &p.subscriptions,
             |result| match result {
-                Ok((json, _)) => frame::success_raw(&id, json),
-                Err(e) => frame::error(&id, &e),
+                Ok((json, _)) => codec::success_raw(&id, json),
+                Err(e) => frame::error(&id, &e.into()),
             },
         );
-        if let Some(wire) = resumed {
-            self.initialized = true;
-            self.wire = wire;
+        match resumed {
+            Ok(Some(wire)) => {
+                self.initialized = true;
+                self.wire = wire;
+            }
+            Ok(None) => {}
+            Err(e) => self.reply(&id, Err(e.into())),
         }
     }
 
@@ -360,7 +399,7 @@ impl RpcConnection {
         self.host
             .subscribe(self.conn, &p.channel, |result| match result {
                 Ok(snapshot) => version::subscribe_response(&id, snapshot, wire),
-                Err(e) => frame::error(&id, &e),
+                Err(e) => frame::error(&id, &e.into()),
             });
     }
 
@@ -372,15 +411,11 @@ impl RpcConnection {
             Ok(p) => p,
             Err(e) => return self.reply(&id, Err(e)),
         };
-        // The claim's shape is checked on the raw JSON too (the typed decoder is lenient
-        // about some malformed claims).
-        if let Some(raw) = params.get("claim") {
-            if let Err(msg) = crate::host::validate::parse_claim(raw) {
-                return self.reply(&id, Err(RpcError::invalid_params(format!("claim: {msg}"))));
-            }
-        }
-        let result = self.host.create_terminal(self.conn, p).await;
-        self.reply(&id, result.map(|()| Value::Null));
+        let result = self
+            .host
+            .create_terminal(self.conn, p, params.get("claim"))
+            .await;
+        self.reply(&id, result.map(|()| Value::Null).map_err(RpcError::from));
     }
 
     fn dispose_terminal(&mut self, id: RequestId, params: Value) {
@@ -390,13 +425,13 @@ impl RpcConnection {
         };
         let removed = match self.host.remove_terminal(&p.channel) {
             Ok(p) => p,
-            Err(e) => return self.reply(&id, Err(e)),
+            Err(e) => return self.reply(&id, Err(e.into())),
         };
         let host = self.host.clone();
         let outbox = self.outbox.clone();
         tokio::spawn(async move {
             host.kill(removed).await;
-            outbox.send(frame::success(&id, Value::Null));
+            outbox.send(codec::success(&id, Value::Null));
         });
     }
 }
@@ -415,13 +450,7 @@ fn has_entries(params: &Value, field: &str) -> bool {
         .is_some_and(|a| !a.is_empty())
 }
 
-/// A `clientId` (initialize, reconnect): at most [`validate::MAX_ID_BYTES`] → else -32602.
-fn check_client(client_id: &str) -> Result<(), RpcError> {
-    validate::check_len("clientId", client_id, validate::MAX_ID_BYTES)
-        .map_err(RpcError::invalid_params)
-}
-
-/// What a host with no agents answers (notes §11).
+/// What a host with no agents answers (docs/protocol.md, "Methods": the session and agent rows).
 fn no_agents_answer(method: &str, params: &Value) -> Result<Value, RpcError> {
     let channel = params.get("channel").and_then(Value::as_str).unwrap_or("");
     let addressed_to_session = channel::classify(channel) == ChannelKind::Session;

@@ -1,25 +1,15 @@
 //! JSON-RPC error values and the AHP error codes ahpty uses (`ahp-types` errors module;
-//! notes §10). Every failure a peer can cause is turned into one of these, never a panic.
+//! docs/protocol.md says which answer carries which), and the mapping of the host's errors
+//! ([`HostError`]) to them. Every failure a peer can cause is turned into one of these, never
+//! a panic.
+//!
+//! Pure values and conversions; touches nothing.
 
 use ahp_types::errors::{ahp_error_codes as ahp, json_rpc_error_codes as rpc};
 use serde_json::Value;
 
-/// Longest error `message` (and `rejectionReason`) sent to a peer, in bytes: a longer one is cut
-/// on a character boundary and ends with `…`, so an error never echoes a large value back.
-pub const MAX_MESSAGE_BYTES: usize = 1024;
-
-/// `text` cut to at most `max` bytes on a character boundary, ending with `…` when cut.
-pub fn clip(mut text: String, max: usize) -> String {
-    if text.len() > max {
-        let mut cut = max.saturating_sub('…'.len_utf8());
-        while !text.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        text.truncate(cut);
-        text.push('…');
-    }
-    text
-}
+use crate::codec::{clip, MAX_MESSAGE_BYTES};
+use crate::host::{ErrorKind, HostError};
 
 /// An error answer to one request.
 #[derive(Debug, Clone, PartialEq)]
@@ -82,13 +72,6 @@ impl RpcError {
     pub fn not_found(message: impl Into<String>) -> Self {
         Self::new(ahp::NOT_FOUND, message)
     }
-    /// -32010: a terminal with this URI already exists.
-    pub fn already_exists(uri: &str) -> Self {
-        Self::new(
-            ahp::ALREADY_EXISTS,
-            format!("terminal already exists: {uri}"),
-        )
-    }
     /// -32005 with `data.supportedVersions`; the connection is closed after it is sent.
     pub fn unsupported_version(supported: &[&str]) -> Self {
         RpcError {
@@ -107,6 +90,21 @@ impl std::fmt::Display for RpcError {
 
 impl std::error::Error for RpcError {}
 
+impl From<HostError> for RpcError {
+    /// The JSON-RPC code of each kind: invalid params -32602, not found -32008, session not
+    /// found -32001, already exists -32010, internal -32603.
+    fn from(e: HostError) -> Self {
+        let code = match e.kind {
+            ErrorKind::InvalidParams => rpc::INVALID_PARAMS,
+            ErrorKind::NotFound => ahp::NOT_FOUND,
+            ErrorKind::SessionNotFound => ahp::SESSION_NOT_FOUND,
+            ErrorKind::AlreadyExists => ahp::ALREADY_EXISTS,
+            ErrorKind::Internal => rpc::INTERNAL_ERROR,
+        };
+        RpcError::new(code, e.message)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -116,6 +114,15 @@ mod tests {
         let e = RpcError::invalid_params(format!("channel: {}", "é".repeat(1 << 20)));
         assert!(e.message.len() <= MAX_MESSAGE_BYTES);
         assert!(e.message.starts_with("channel: é") && e.message.ends_with('…'));
-        assert_eq!(clip("short".into(), 10), "short");
+    }
+
+    #[test]
+    fn host_errors_map_to_their_codes() {
+        let code = |e: HostError| RpcError::from(e).code;
+        assert_eq!(code(HostError::invalid_params("x")), -32602);
+        assert_eq!(code(HostError::not_found("x")), -32008);
+        assert_eq!(code(HostError::session_not_found("ahp-session:/s")), -32001);
+        assert_eq!(code(HostError::already_exists("t:/1")), -32010);
+        assert_eq!(code(HostError::internal("x")), -32603);
     }
 }

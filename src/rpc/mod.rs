@@ -1,13 +1,16 @@
-//! JSON-RPC 2.0 for AHP: framing ([`frame`]), errors ([`error`]), typed params ([`params`]),
-//! the method table ([`dispatch`]) and the per-version wire shapes ([`version`]). Turns frames
-//! into host calls and host results into responses; holds no state beyond one connection's
-//! handshake status and negotiated version.
+//! JSON-RPC 2.0 for AHP: the framing of incoming messages ([`frame`]), errors and their
+//! codes ([`error`]), typed params whose errors name the field ([`params`]) and the method
+//! table ([`dispatch`]). Turns frames into host calls and host results into responses (encoded
+//! with [`crate::codec`]); holds no state beyond one connection's handshake status and
+//! negotiated version.
+//!
+//! May touch: the host's API and its connection's outbox; no socket (the server reads and
+//! writes frames).
 
-pub mod dispatch;
-pub mod error;
+pub(crate) mod dispatch;
+pub(crate) mod error;
 pub mod frame;
-pub mod params;
-pub mod version;
+pub(crate) mod params;
 
-pub use dispatch::{Flow, RpcConnection};
+pub use dispatch::{Message, Next, RpcConnection};
 pub use error::RpcError;

@@ -1,5 +1,7 @@
 //! Typed params with errors that name the field (`-32602`), using `serde_path_to_error` over
 //! the `ahp-types` command structs.
+//!
+//! Pure functions; touches nothing.
 
 use serde::de::DeserializeOwned;
 use serde_json::Value;

@@ -6,6 +6,8 @@
 //! should use: proxies log query strings). Candidates are compared with the token in constant
 //! time (only the length can leak). Anything else — a cookie, another query key, a fragment —
 //! is not looked at. The token's value is never logged.
+//!
+//! Pure checks on values; touches nothing.
 
 use std::borrow::Cow;
 use std::net::SocketAddr;

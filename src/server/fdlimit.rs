@@ -3,6 +3,9 @@
 //! At start the soft limit is raised to the hard limit ([`raise`]), and [`capacity`] says how
 //! many terminals fit next to the configured connections, so the daemon can warn up front
 //! instead of failing at terminal number 300-something.
+//!
+//! May touch: this process's RLIMIT_NOFILE (raised once at start) and reads
+//! `/proc/sys/fs/nr_open`.
 
 use std::io;
 

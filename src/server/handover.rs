@@ -156,6 +156,7 @@ impl Server {
             token,
             generated_token: image.token_generated,
             upgrader: None,
+            token_withheld: false,
         })
     }
 }

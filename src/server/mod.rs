@@ -6,58 +6,22 @@
 //!
 //! Security decisions live in [`auth`] (token, start-up checks), [`upgrade`] (Origin, Host),
 //! [`unix`] (socket file, peer uid) and [`tls`]; docs/security.md explains them.
+//!
+//! May touch: listening sockets, socket files, accepted sockets; the host only through its API
+//! (shutdown, the reaper and watchdog it spawns).
 
-/// Implements `tokio::io::AsyncWrite` for a stream wrapper `$ty<S>` by passing every call to
-/// its `inner` field (the wrappers here only change how the stream is read).
-macro_rules! delegate_async_write {
-    ($ty:ident) => {
-        impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for $ty<S> {
-            fn poll_write(
-                mut self: std::pin::Pin<&mut Self>,
-                cx: &mut std::task::Context<'_>,
-                buf: &[u8],
-            ) -> std::task::Poll<std::io::Result<usize>> {
-                std::pin::Pin::new(&mut self.inner).poll_write(cx, buf)
-            }
-
-            fn poll_flush(
-                mut self: std::pin::Pin<&mut Self>,
-                cx: &mut std::task::Context<'_>,
-            ) -> std::task::Poll<std::io::Result<()>> {
-                std::pin::Pin::new(&mut self.inner).poll_flush(cx)
-            }
-
-            fn poll_shutdown(
-                mut self: std::pin::Pin<&mut Self>,
-                cx: &mut std::task::Context<'_>,
-            ) -> std::task::Poll<std::io::Result<()>> {
-                std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
-            }
-
-            fn poll_write_vectored(
-                mut self: std::pin::Pin<&mut Self>,
-                cx: &mut std::task::Context<'_>,
-                bufs: &[std::io::IoSlice<'_>],
-            ) -> std::task::Poll<std::io::Result<usize>> {
-                std::pin::Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
-            }
-
-            fn is_write_vectored(&self) -> bool {
-                self.inner.is_write_vectored()
-            }
-        }
-    };
-}
-
-pub mod auth;
-pub mod connection;
+pub(crate) mod auth;
+mod connection;
 pub mod fdlimit;
 pub mod handover;
-pub mod pending;
-pub mod prefixed;
-pub mod tls;
-pub mod unix;
-pub mod upgrade;
+mod handshake;
+pub(crate) mod pending;
+mod reader;
+pub(crate) mod request_line;
+pub(crate) mod tls;
+pub(crate) mod unix;
+pub(crate) mod upgrade;
+mod writer;
 
 use std::future::Future;
 
@@ -167,7 +131,8 @@ impl Listener {
         }
     }
 
-    fn describe(&self) -> String {
+    /// `ws://ADDR` (`wss://` with TLS) or `unix:PATH`: what `listening on …` prints.
+    fn url(&self) -> String {
         match self {
             Listener::Tcp { addr, tls, .. } => {
                 format!("{}://{addr}", if tls.is_some() { "wss" } else { "ws" })
@@ -175,6 +140,18 @@ impl Listener {
             Listener::Unix { socket, .. } => format!("unix:{}", socket.path().display()),
         }
     }
+}
+
+/// The start-time checks `serve` makes before binding, for `ahpty config` to run too: the
+/// token and loopback rules ([`auth::check_config`]: `no_auth` only on loopback, a readable
+/// token file) and, with TLS, that the certificate and key load. `Ok` carries the warnings
+/// (one line each); `Err` the refusal as one line (the CLI exits with status 2).
+pub fn check_settings(config: &Config) -> Result<Vec<String>, String> {
+    let warnings = auth::check_config(config)?;
+    if let Some(files) = &config.tls {
+        tls::acceptor(files).map_err(|e| e.to_string())?;
+    }
+    Ok(warnings)
 }
 
 /// A bound, not yet running, daemon.
@@ -186,6 +163,8 @@ pub struct Server {
     generated_token: bool,
     /// Live upgrades on SIGUSR2 (see [`Server::with_upgrades`]).
     upgrader: Option<crate::upgrade::Upgrader>,
+    /// The connect URLs with the generated token were withheld (stdout is the journal).
+    token_withheld: bool,
 }
 
 impl Server {
@@ -234,7 +213,7 @@ impl Server {
                     let listener = listen_tcp(*addr).map_err(|e| {
                         io::Error::new(
                             e.kind(),
-                            format!("cannot listen on {addr}: {}", describe(&e)),
+                            format!("cannot listen on {addr}: {}", bind_error(&e)),
                         )
                     })?;
                     let addr = listener.local_addr()?;
@@ -276,6 +255,7 @@ impl Server {
             token,
             generated_token,
             upgrader: None,
+            token_withheld: false,
         })
     }
 
@@ -305,6 +285,12 @@ impl Server {
         self.generated_token
     }
 
+    /// Tells the server its generated token was not printed, so its log does not point to
+    /// stdout for it.
+    pub fn withhold_token(&mut self) {
+        self.token_withheld = true;
+    }
+
     /// One connect URL per TCP listener, `ws://ADDR?tkn=TOKEN` (no `/` before `?`, the form
     /// VS Code scrapes) when the token was generated, else `ws://ADDR` (`wss://` with TLS).
     pub fn connect_urls(&self) -> Vec<String> {
@@ -312,8 +298,8 @@ impl Server {
             .iter()
             .filter_map(|l| match l {
                 Listener::Tcp { .. } => Some(match (&self.token, self.generated_token) {
-                    (Some(t), true) => format!("{}?tkn={}", l.describe(), t.expose()),
-                    _ => l.describe(),
+                    (Some(t), true) => format!("{}?tkn={}", l.url(), t.expose()),
+                    _ => l.url(),
                 }),
                 Listener::Unix { .. } => None,
             })
@@ -325,7 +311,7 @@ impl Server {
     pub async fn run(mut self, shutdown: impl Future<Output = ()>) {
         for l in &self.listeners {
             // Tests and scripts parse `listening on ws://ADDR`: keep this format.
-            tracing::info!("listening on {}", l.describe());
+            tracing::info!("listening on {}", l.url());
         }
         let has_tcp = self
             .listeners
@@ -334,6 +320,10 @@ impl Server {
         match (&self.token, self.generated_token) {
             _ if !has_tcp => {}
             (None, _) => {}
+            (Some(_), true) if self.token_withheld => tracing::info!(
+                "TCP peers need the token generated at start, which nobody was shown: they \
+                 cannot connect (the Unix socket needs no token)"
+            ),
             (Some(_), true) => tracing::info!(
                 "TCP peers need the token generated at start (connect URL printed on stdout)"
             ),
@@ -407,7 +397,7 @@ impl Server {
                         let ctx = self.ctx.clone();
                         match (accepted, &self.listeners[i]) {
                             (Accepted::Tcp(stream, peer), Listener::Tcp { tls, policy, .. }) => {
-                                connections.spawn(connection::handle_tcp(
+                                connections.spawn(handshake::handle_tcp(
                                     stream,
                                     peer,
                                     ctx,
@@ -417,7 +407,7 @@ impl Server {
                                 ));
                             }
                             (Accepted::Unix(stream, uid), Listener::Unix { policy, .. }) => {
-                                connections.spawn(connection::handle_unix(
+                                connections.spawn(handshake::handle_unix(
                                     stream,
                                     uid,
                                     ctx,
@@ -498,7 +488,8 @@ fn listen_tcp(addr: SocketAddr) -> io::Result<TcpListener> {
     socket.listen(LISTEN_BACKLOG)
 }
 
-fn describe(e: &io::Error) -> String {
+/// Why binding a TCP listener failed, in a few words.
+fn bind_error(e: &io::Error) -> String {
     match e.kind() {
         io::ErrorKind::AddrInUse => "address already in use".into(),
         io::ErrorKind::PermissionDenied => "permission denied".into(),

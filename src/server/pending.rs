@@ -22,10 +22,11 @@ use std::net::IpAddr;
 use std::os::fd::RawFd;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use parking_lot::{Mutex, MutexGuard};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::sync::{Notify, Semaphore};
 
@@ -202,11 +203,8 @@ impl Pending {
         })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
-        match self.table.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        }
+    fn lock(&self) -> MutexGuard<'_, Table> {
+        self.table.lock()
     }
 
     /// A slot for a new socket from `key` (whose descriptor is `fd`), evicting another pending
@@ -248,11 +246,13 @@ impl Pending {
     }
 
     /// Sockets pending now.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.lock().entries.len()
     }
 
     /// Whether no socket is pending.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -317,7 +317,35 @@ impl<S: AsyncRead + Unpin> AsyncRead for Heard<S> {
     }
 }
 
-delegate_async_write!(Heard);
+impl<S: AsyncWrite + Unpin> AsyncWrite for Heard<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -1,5 +1,7 @@
 //! TLS for TCP listeners (`wss://`): loads a PEM certificate chain and private key into a
 //! rustls acceptor (ring crypto, TLS 1.2 and 1.3, no client certificates).
+//!
+//! May touch: reads the certificate and key files it is given.
 
 use std::io;
 use std::sync::Arc;

@@ -1,7 +1,7 @@
 //! Checks on the HTTP upgrade request, before any AHP traffic and before any pty exists:
 //! cross-site protection (403) and the token (401, see [`super::auth`]).
 //!
-//! A browser page can open a WebSocket to localhost; these checks stop it (notes §2, §13):
+//! A browser page can open a WebSocket to localhost; these checks stop it (docs/security.md):
 //! - an `Origin` header not in the allow-list → 403 (VS Code desktop's
 //!   `vscode-file://vscode-app` is allowed by default; clients that send no `Origin`, such as
 //!   the Rust SDK or websocat, are unaffected);
@@ -75,11 +75,6 @@ impl UpgradePolicy {
             check_host,
             token,
         }
-    }
-
-    /// Whether a token is required.
-    pub fn requires_token(&self) -> bool {
-        self.token.is_some()
     }
 
     /// `Ok` to accept the upgrade, or the refusal.

@@ -1,28 +1,34 @@
 //! Terminals at the OS level: a pty process plus the threads that move its bytes.
 //!
 //! [`start`] spawns the program (see [`process`]), a reader thread that turns pty bytes into
-//! [`PtyEvent`]s through the [`output`] pipeline (UTF-8 assembly, shell-integration marks,
-//! terminal queries),
+//! [`OutputItem`]s through the [`output`] pipeline (UTF-8 assembly, shell-integration marks,
+//! terminal queries answered by the [`model`]),
 //! and a waiter thread that reports the exit status. Everything arrives, in order, on one
 //! hand-off of [`TerminalEvent`]s bounded in bytes ([`output::channel`]); when it is full the
 //! reader stops reading the pty, so a program that floods output blocks in `write` as in a
 //! real terminal.
 //! This module knows nothing of connections or `serverSeq`; the host consumes the events.
+//!
+//! May touch: the OS (ptys, threads, processes) and the event hand-off; nothing of AHP state.
 
-pub mod model;
-pub mod output;
-pub mod process;
-pub mod pty_master;
+pub(crate) mod escape;
+#[cfg(test)]
+pub(crate) mod fake;
+pub(crate) mod model;
+pub(crate) mod output;
+pub(crate) mod process;
+pub(crate) mod pty_master;
 pub mod shell_integration;
-pub mod utf8;
+pub(crate) mod utf8;
 
 use std::io::{self, Read};
 use std::sync::Arc;
+use std::time::Duration;
 
 use ahp_types::actions::StateAction;
 
 pub use output::{EventReceiver, EventSender, OutputPipeline, PipelineCarry};
-pub use process::{PtyProcess, PtyReader, SpawnRequest};
+pub use process::{InputError, PtyProcess, PtyReader, SpawnRequest};
 pub use pty_master::PtyMaster;
 
 /// Largest accepted `cols` or `rows` of a terminal (createTerminal, `terminal/resized`).
@@ -36,9 +42,11 @@ pub const FDS_PER_TERMINAL: u64 = 3;
 /// Size of one pty read, in bytes.
 pub const READ_BUFFER_BYTES: usize = 64 * 1024;
 
-/// One item of pty output, in stream order.
+/// One item of a terminal's output, in stream order: text for `terminal/data`, or an action the
+/// output pipeline derived from shell-integration marks. (The parser's own pieces are
+/// [`shell_integration::Parsed`]; what reaches the host is a [`TerminalEvent`].)
 #[derive(Debug, Clone, PartialEq)]
-pub enum PtyEvent {
+pub enum OutputItem {
     /// Output text: valid UTF-8, shell-integration sequences removed.
     Data(String),
     /// A server-originated terminal action derived from the output (command marks, cwd, title).
@@ -47,15 +55,16 @@ pub enum PtyEvent {
     Reply(model::Reply),
 }
 
-/// What a running terminal reports to the host.
+/// What a running terminal reports to the host, in order, through its hand-off
+/// ([`output::channel`]): the one event type of the output path.
 #[derive(Debug)]
 pub enum TerminalEvent {
     /// Output of one pty read.
-    Output(Vec<PtyEvent>),
+    Output(Vec<OutputItem>),
     /// The pty reported end of file: every process holding it has exited.
     Eof,
-    /// The program exited with this code (`128 + signal` for a signal death; `None` if
-    /// unknown).
+    /// The program exited with this code (`128 + signal` for a signal death, decision D5;
+    /// `None` if unknown).
     Exited(Option<i64>),
     /// The reader stopped for a live upgrade: what its pipeline held back. The last event of
     /// the reader; nothing it read is lost.
@@ -85,6 +94,59 @@ pub struct Adopted {
     pub exit: Option<Option<i64>>,
     /// The reader's state.
     pub carry: ReaderCarry,
+}
+
+/// A running terminal's pty as the host drives it: input, window size, and the end of its
+/// session. [`PtyProcess`] is the real one; the host's unit tests put a stand-in behind it so
+/// that the pump, flow control and reaping run under paused tokio time without processes.
+pub trait Pty: Send + Sync {
+    /// Process id of the program (also its session and process group id), for logs.
+    fn pid(&self) -> i32;
+    /// Queues input for the program; never blocks. Errors: [`InputError::QueueFull`] past
+    /// [`process::MAX_PENDING_INPUT_BYTES`] waiting bytes, [`InputError::Closed`] once the pty
+    /// is gone.
+    fn write(&self, bytes: Vec<u8>) -> Result<(), InputError>;
+    /// Whether `len` more bytes of input would fit in the queue.
+    fn input_fits(&self, len: usize) -> bool;
+    /// Sets the window size in cells; the foreground process group receives SIGWINCH.
+    fn resize(&self, cols: u16, rows: u16) -> io::Result<()>;
+    /// Ends every process of the session (SIGHUP, then SIGKILL after `grace`) and lets go of
+    /// the pty. Blocking: call it from a blocking thread.
+    fn kill_session(&self, grace: Duration);
+    /// The exit code if the program was already reaped (`Some(None)`: status unknown), for a
+    /// live upgrade's hand-over.
+    fn exit_status(&self) -> Option<Option<i64>>;
+    /// Suspends the terminal for a live upgrade (docs/upgrade.md): stops its writer and
+    /// reader (the reader's last event is [`TerminalEvent::Suspended`]) and returns a
+    /// close-on-exec duplicate of the pty master and the input not yet written, in order. The
+    /// program keeps running. Errors: the master cannot be duplicated, or this pty cannot be
+    /// handed over. Blocking.
+    fn suspend(&self) -> io::Result<(std::os::fd::OwnedFd, Vec<u8>)>;
+}
+
+/// How terminals are started: [`NativePtys`] in the daemon, a stand-in in unit tests.
+pub trait PtySystem: Send + Sync {
+    /// Spawns `request` on a new pty and returns it with the hand-off on which its output,
+    /// EOF and exit status arrive, in order ([`TerminalEvent`]). Blocking (fork/exec).
+    fn start(
+        &self,
+        request: SpawnRequest,
+        pipeline: OutputPipeline,
+    ) -> io::Result<(Arc<dyn Pty>, EventReceiver)>;
+}
+
+/// The operating system's ptys ([`start`]).
+pub struct NativePtys;
+
+impl PtySystem for NativePtys {
+    fn start(
+        &self,
+        request: SpawnRequest,
+        pipeline: OutputPipeline,
+    ) -> io::Result<(Arc<dyn Pty>, EventReceiver)> {
+        let (process, events) = start(request, pipeline)?;
+        Ok((process, events))
+    }
 }
 
 /// Spawns `request` on a new pty and starts its reader and waiter threads.

@@ -1,11 +1,11 @@
-//! The output pipeline of one terminal: raw pty bytes in, [`PtyEvent`]s out, in stream order,
+//! The output pipeline of one terminal: raw pty bytes in, [`OutputItem`]s out, in stream order,
 //! and the hand-off of those events from the reader thread to the host ([`channel`]).
 //!
 //! Runs on the terminal's reader thread. The shell-integration [`OutputParser`] assembles
 //! UTF-8 across reads (invalid bytes become U+FFFD, no character is split between two events),
 //! removes every shell-integration sequence and reports marks; the [`CommandTracker`] turns
 //! the marks into terminal actions. Output written before a mark is emitted before the
-//! mark's action. Terminal queries the parser removed become [`PtyEvent::Reply`]s, in stream
+//! mark's action. Terminal queries the parser removed become [`OutputItem::Reply`]s, in stream
 //! order, for the host to answer. Touches nothing outside the terminal it belongs to.
 //!
 //! The hand-off is bounded in bytes of output ([`PENDING_OUTPUT_BYTES`]): when that much is
@@ -15,14 +15,16 @@
 //! a flood cheap (a pty read is at most about 4 KiB).
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::Arc;
+
+use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use tokio::sync::mpsc::error::{SendError, TryRecvError};
 use tokio::sync::Notify;
 
 use super::model::query;
-use super::shell_integration::{now_ms, CommandTracker, OutputEvent, OutputParser, ParserCarry};
-use super::{PtyEvent, TerminalEvent};
+use super::shell_integration::{now_ms, CommandTracker, OutputParser, Parsed, ParserCarry};
+use super::{OutputItem, TerminalEvent};
 use crate::config::ReportColors;
 
 /// Output bytes that may wait in the hand-off before the reader thread stops reading the pty.
@@ -34,7 +36,7 @@ pub struct OutputPipeline {
     injected: bool,
     parser: OutputParser,
     tracker: CommandTracker,
-    scratch: Vec<OutputEvent>,
+    scratch: Vec<Parsed>,
     colors: ReportColors,
 }
 
@@ -91,7 +93,7 @@ impl OutputPipeline {
     }
 
     /// Processes one read's bytes.
-    pub fn feed(&mut self, bytes: &[u8]) -> Vec<PtyEvent> {
+    pub fn feed(&mut self, bytes: &[u8]) -> Vec<OutputItem> {
         let mut scratch = std::mem::take(&mut self.scratch);
         self.parser.feed(bytes, &mut scratch);
         let out = self.convert(&mut scratch);
@@ -101,7 +103,7 @@ impl OutputPipeline {
 
     /// End of stream: releases anything held back (a dangling partial character becomes
     /// one U+FFFD).
-    pub fn finish(&mut self) -> Vec<PtyEvent> {
+    pub fn finish(&mut self) -> Vec<OutputItem> {
         let mut scratch = std::mem::take(&mut self.scratch);
         self.parser.finish(&mut scratch);
         let out = self.convert(&mut scratch);
@@ -109,22 +111,22 @@ impl OutputPipeline {
         out
     }
 
-    fn convert(&mut self, events: &mut Vec<OutputEvent>) -> Vec<PtyEvent> {
+    fn convert(&mut self, events: &mut Vec<Parsed>) -> Vec<OutputItem> {
         let mut out = Vec::with_capacity(events.len());
         let mut actions = Vec::new();
         for ev in events.drain(..) {
             match ev {
-                OutputEvent::Text(t) => match out.last_mut() {
-                    Some(PtyEvent::Data(d)) => d.push_str(&t),
-                    _ => out.push(PtyEvent::Data(t)),
+                Parsed::Text(t) => match out.last_mut() {
+                    Some(OutputItem::Data(d)) => d.push_str(&t),
+                    _ => out.push(OutputItem::Data(t)),
                 },
-                OutputEvent::Mark(m) => {
+                Parsed::Mark(m) => {
                     self.tracker.on_mark(m, now_ms(), &mut actions);
-                    out.extend(actions.drain(..).map(|a| PtyEvent::Action(Box::new(a))));
+                    out.extend(actions.drain(..).map(|a| OutputItem::Action(Box::new(a))));
                 }
-                OutputEvent::Query(q) => {
+                Parsed::Query(q) => {
                     if let Some(reply) = query::answer(&q, &self.colors) {
-                        out.push(PtyEvent::Reply(reply));
+                        out.push(OutputItem::Reply(reply));
                     }
                 }
             }
@@ -150,12 +152,12 @@ pub struct PipelineCarry {
 }
 
 /// Bytes of output text in a batch of events (marks count 0).
-pub fn batch_bytes(batch: &[PtyEvent]) -> usize {
+pub fn batch_bytes(batch: &[OutputItem]) -> usize {
     batch
         .iter()
         .map(|e| match e {
-            PtyEvent::Data(d) => d.len(),
-            PtyEvent::Action(_) | PtyEvent::Reply(_) => 0,
+            OutputItem::Data(d) => d.len(),
+            OutputItem::Action(_) | OutputItem::Reply(_) => 0,
         })
         .sum()
 }
@@ -193,10 +195,7 @@ struct Shared {
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
-        match self.state.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        }
+        self.state.lock()
     }
 }
 
@@ -244,10 +243,7 @@ impl EventSender {
         let mut s = self.shared.lock();
         while is_output && s.receiver && s.bytes >= self.shared.capacity {
             s.blocked += 1;
-            s = match self.shared.room.wait(s) {
-                Ok(g) => g,
-                Err(p) => p.into_inner(),
-            };
+            self.shared.room.wait(&mut s);
             s.blocked -= 1;
         }
         if !s.receiver {
@@ -370,7 +366,7 @@ mod tests {
     use ahp_types::actions::StateAction;
 
     fn data(n: usize) -> TerminalEvent {
-        TerminalEvent::Output(vec![PtyEvent::Data("x".repeat(n))])
+        TerminalEvent::Output(vec![OutputItem::Data("x".repeat(n))])
     }
 
     #[tokio::test]
@@ -435,14 +431,14 @@ mod tests {
         let kinds: Vec<String> = events
             .iter()
             .map(|e| match e {
-                PtyEvent::Data(d) => format!("data:{d}"),
-                PtyEvent::Action(a) => match a.as_ref() {
+                OutputItem::Data(d) => format!("data:{d}"),
+                OutputItem::Action(a) => match a.as_ref() {
                     StateAction::TerminalCommandDetectionAvailable(_) => "available".into(),
                     StateAction::TerminalCommandExecuted(c) => format!("exec:{}", c.command_line),
                     StateAction::TerminalCommandFinished(f) => format!("done:{:?}", f.exit_code),
                     other => format!("{other:?}"),
                 },
-                PtyEvent::Reply(r) => format!("reply:{r:?}"),
+                OutputItem::Reply(r) => format!("reply:{r:?}"),
             })
             .collect();
         assert_eq!(

@@ -16,13 +16,14 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc as std_mpsc;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::Pid;
+use parking_lot::Mutex;
 use portable_pty::{native_pty_system, CommandBuilder, PtySize};
 
 use super::pty_master::PtyMaster;
@@ -373,52 +374,45 @@ impl PtyProcess {
             reader,
         ))
     }
+}
 
+impl PtyProcess {
     /// The slot the waiter records the exit code in (see [`wait_exit`]).
     pub fn exit_slot(&self) -> ExitSlot {
         self.exit.clone()
     }
+}
 
+impl super::Pty for PtyProcess {
     /// The exit code if the process was reaped (`Some(None)`: status unknown).
-    pub fn exit_status(&self) -> Option<Option<i64>> {
-        match self.exit.lock() {
-            Ok(g) => *g,
-            Err(p) => *p.into_inner(),
-        }
+    fn exit_status(&self) -> Option<Option<i64>> {
+        *self.exit.lock()
     }
 
     /// Suspends the terminal for a live upgrade: stops the writer and the reader (which then
     /// hands over its pipeline's state, see [`PtyReader::is_suspending`]) and returns a
     /// duplicate of the pty master (close-on-exec) and the input not yet written, in order.
     /// The process keeps running; its output waits in the pty. Blocking (joins the writer).
-    pub fn suspend(&self) -> io::Result<(OwnedFd, Vec<u8>)> {
+    fn suspend(&self) -> io::Result<(OwnedFd, Vec<u8>)> {
         let fd = self.master.try_clone()?;
         self.io.suspending.store(true, Ordering::Release);
-        if let Ok(mut g) = self.input.lock() {
-            g.take();
-        }
+        self.input.lock().take();
         self.io.stop();
-        let writer = match self.writer.lock() {
-            Ok(mut g) => g.take(),
-            Err(p) => p.into_inner().take(),
-        };
+        let writer = self.writer.lock().take();
         let left = writer.and_then(|w| w.join().ok()).unwrap_or_default();
         Ok((fd, left))
     }
 
     /// Process id of the program, which is also its session id and process group id.
-    pub fn pid(&self) -> i32 {
+    fn pid(&self) -> i32 {
         self.pid
     }
 
     /// Queues bytes for the pty; never blocks. Bytes are written in order, unmodified, by the
     /// terminal's writer thread. Errors: [`InputError::QueueFull`] when more than
     /// [`MAX_PENDING_INPUT_BYTES`] would be waiting; [`InputError::Closed`] when the pty is gone.
-    pub fn write(&self, bytes: Vec<u8>) -> Result<(), InputError> {
-        let guard = match self.input.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
+    fn write(&self, bytes: Vec<u8>) -> Result<(), InputError> {
+        let guard = self.input.lock();
         let Some(tx) = guard.as_ref() else {
             return Err(InputError::Closed);
         };
@@ -431,12 +425,12 @@ impl PtyProcess {
     }
 
     /// Would `len` more bytes of input fit in the queue?
-    pub fn input_fits(&self, len: usize) -> bool {
+    fn input_fits(&self, len: usize) -> bool {
         self.pending_input.load(Ordering::Acquire) + len <= MAX_PENDING_INPUT_BYTES
     }
 
     /// Sets the pty window size; the foreground process group receives SIGWINCH.
-    pub fn resize(&self, cols: u16, rows: u16) -> io::Result<()> {
+    fn resize(&self, cols: u16, rows: u16) -> io::Result<()> {
         self.master.resize(cols, rows)
     }
 
@@ -446,11 +440,9 @@ impl PtyProcess {
     /// second. Processes that left the session (`setsid`) are out of reach, but the reader and
     /// writer threads stop at once and let go of the pty, which is closed when this
     /// `PtyProcess` is dropped: such a process then gets EIO on the pty. Blocking.
-    pub fn kill_session(&self, grace: Duration) {
+    fn kill_session(&self, grace: Duration) {
         // Stop accepting input so the writer thread ends, and stop reading output.
-        if let Ok(mut g) = self.input.lock() {
-            g.take();
-        }
+        self.input.lock().take();
         self.io.stop();
         kill_session(self.pid, grace);
     }
@@ -698,11 +690,11 @@ pub fn open_file_limit() -> io::Result<(u64, u64)> {
     Ok((l.rlim_cur, l.rlim_max))
 }
 
-/// File descriptors this process has open now (from `/proc/self/fd`).
+/// File descriptors this process has open now (from `/proc/self/fd`; 0 if unreadable).
 pub fn open_descriptors() -> u64 {
-    std::fs::read_dir("/proc/self/fd")
-        .map(|d| d.count() as u64)
-        .unwrap_or(0)
+    procfs::process::Process::myself()
+        .and_then(|me| me.fd_count())
+        .map_or(0, |n| n as u64)
 }
 
 /// Blocks until the process `pid` (a child of this daemon) exits, reaps it and records its
@@ -735,10 +727,7 @@ pub fn wait_exit(pid: i32, slot: &ExitSlot) -> Option<i64> {
         Err(p) => p.into_inner(),
     };
     let code = reap(pid);
-    match slot.lock() {
-        Ok(mut g) => *g = Some(code),
-        Err(p) => *p.into_inner() = Some(code),
-    }
+    *slot.lock() = Some(code);
     code
 }
 
@@ -758,38 +747,17 @@ fn reap(pid: i32) -> Option<i64> {
     }
 }
 
-/// Process ids and process group ids of every live process whose session id is `sid`,
-/// read from `/proc/<pid>/stat`.
+/// Process ids and process group ids of every live (not zombie) process whose session id is
+/// `sid`, from `/proc/<pid>/stat`. Processes that vanish while the list is read are skipped.
 pub fn session_members(sid: i32) -> Vec<(i32, i32)> {
-    let mut out = Vec::new();
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return out;
+    let Ok(all) = procfs::process::all_processes() else {
+        return Vec::new();
     };
-    for entry in dir.flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name.to_str().and_then(|s| s.parse::<i32>().ok()) else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        // The command name is in parentheses and may itself hold spaces or parentheses.
-        let Some(after) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
-            continue;
-        };
-        let fields: Vec<&str> = after.split_whitespace().collect();
-        // After the name: state, ppid, pgrp, session.
-        if fields.len() < 4 || fields[0] == "Z" {
-            continue;
-        }
-        let (Ok(pgrp), Ok(session)) = (fields[2].parse::<i32>(), fields[3].parse::<i32>()) else {
-            continue;
-        };
-        if session == sid {
-            out.push((pid, pgrp));
-        }
-    }
-    out
+    all.flatten()
+        .filter_map(|p| p.stat().ok())
+        .filter(|stat| stat.session == sid && stat.state != 'Z')
+        .map(|stat| (stat.pid, stat.pgrp))
+        .collect()
 }
 
 fn signal_all(members: &[(i32, i32)], sig: Signal) {
@@ -804,7 +772,7 @@ fn signal_all(members: &[(i32, i32)], sig: Signal) {
     }
 }
 
-/// See [`PtyProcess::kill_session`].
+/// See [`Pty::kill_session`](super::Pty::kill_session).
 pub fn kill_session(sid: i32, grace: Duration) {
     let members = session_members(sid);
     if members.is_empty() {
@@ -833,6 +801,7 @@ pub fn kill_session(sid: i32, grace: Duration) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::terminal::Pty;
 
     #[test]
     fn a_suspended_writer_hands_back_exactly_what_it_did_not_write() {

@@ -106,7 +106,7 @@ spec!(flag_beats_environment_beats_file_beats_default, {
     let out = ahpty(home.path(), &["config", "--kill-grace-ms", "1500"], &[]);
     let l = line(&stdout(&out), "kill_grace").to_string();
     assert!(
-        l.contains("\"1s 500ms\"") && l.ends_with("# flag --kill-grace-ms"),
+        l.contains("\"1500ms\"") && l.ends_with("# flag --kill-grace-ms"),
         "{l}"
     );
     // --config and $AHPTY_CONFIG pick another file.
@@ -324,7 +324,14 @@ spec!(the_readme_config_example_is_valid, {
             continue;
         }
         let home = tempfile::tempdir().unwrap();
-        write_config(home.path(), &body);
+        let file = write_config(home.path(), &body);
+        // The token file it names must exist and be readable, as `serve` needs it.
+        if body.contains("token_file = \"token\"") {
+            use std::os::unix::fs::PermissionsExt;
+            let token = file.parent().unwrap().join("token");
+            std::fs::write(&token, "0123456789abcdef0123456789abcdef\n").unwrap();
+            std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+        }
         let out = ahpty(home.path(), &["config"], &[]);
         assert!(out.status.success(), "{body}\n{}", stderr(&out));
         assert!(stdout(&out).contains("config.toml:"), "{}", stdout(&out));

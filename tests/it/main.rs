@@ -13,6 +13,7 @@ mod support;
 mod agent_terminals;
 mod attach;
 mod cli_client;
+mod cli_usage;
 mod command_detection;
 mod config;
 mod daemon_process;

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use ahpty::config::Config;
 use ahpty::host::{Host, Outgoing};
 use ahpty::rpc::frame::{parse, Incoming};
-use ahpty::rpc::{Flow, RpcConnection};
-use ahpty::terminal::shell_integration::{OutputEvent, OutputParser};
+use ahpty::rpc::{Next, RpcConnection};
+use ahpty::terminal::shell_integration::{OutputParser, Parsed};
 use proptest::prelude::*;
 use serde_json::{json, Map, Value};
 
@@ -81,6 +81,7 @@ enum Expect {
         params: Value,
     },
     Response,
+    MalformedNotification,
     Invalid {
         id: Value,
         code: i32,
@@ -107,6 +108,7 @@ fn actual(got: &Incoming) -> Expect {
             params: params.clone(),
         },
         Incoming::Response => Expect::Response,
+        Incoming::MalformedNotification { .. } => Expect::MalformedNotification,
         Incoming::Invalid { id: i, error } => Expect::Invalid {
             id: id(i),
             code: error.code,
@@ -139,7 +141,7 @@ fn expected(v: &Value) -> Expect {
     let params = match obj.get("params") {
         None | Some(Value::Null) => Value::Object(Map::new()),
         Some(p @ Value::Object(_)) => p.clone(),
-        Some(_) if id.is_none() => return Expect::Response,
+        Some(_) if id.is_none() => return Expect::MalformedNotification,
         Some(_) => return invalid(echo, -32602),
     };
     match id {
@@ -298,7 +300,7 @@ proptest! {
                 if let Incoming::Request { .. } = parse(f) {
                     requests += 1;
                 }
-                if conn.handle_text(f).await == Flow::Close {
+                if conn.handle_text(f).await == Next::Close {
                     return Ok(());
                 }
             }
@@ -376,9 +378,9 @@ fn run_parser(chunks: &[&[u8]]) -> (String, usize, usize) {
     let (mut marks, mut queries) = (0, 0);
     for e in out {
         match e {
-            OutputEvent::Text(t) => text.push_str(&t),
-            OutputEvent::Mark(_) => marks += 1,
-            OutputEvent::Query(_) => queries += 1,
+            Parsed::Text(t) => text.push_str(&t),
+            Parsed::Mark(_) => marks += 1,
+            Parsed::Query(_) => queries += 1,
         }
     }
     (text, marks, queries)
@@ -459,7 +461,7 @@ spec!(parser_bounded_on_endless_sequences, {
     let text: String = out
         .iter()
         .filter_map(|e| match e {
-            OutputEvent::Text(t) => Some(t.as_str()),
+            Parsed::Text(t) => Some(t.as_str()),
             _ => None,
         })
         .collect();

@@ -154,7 +154,11 @@ async fn runtime(proxy: &Proxy) -> (MultiHostClient, HostId) {
 }
 
 spec!(official_runtime_resumes_with_reconnect_after_a_cut, async {
-    let d = Daemon::start_with(&["--history-bytes", "67108864"]);
+    // `client initialized` is a debug line.
+    let d = Daemon::builder()
+        .args(&["--history-bytes", "67108864"])
+        .log("info,ahpty::rpc=debug")
+        .start();
     let proxy = Proxy::start(d.addr()).await;
     let (multi, id) = runtime(&proxy).await;
     let mut seen = Seen {
@@ -263,7 +267,8 @@ spec!(official_runtime_resumes_with_reconnect_after_a_cut, async {
 // -32008, not with snapshots from a foreign sequence; the runtime initializes afresh and works
 // against the new daemon.
 spec!(official_runtime_initializes_after_a_daemon_restart, async {
-    let old = Daemon::start();
+    // `client initialized` is a debug line.
+    let old = Daemon::builder().log("info,ahpty::rpc=debug").start();
     let proxy = Proxy::start(old.addr()).await;
     let (multi, id) = runtime(&proxy).await;
     let mut seen = Seen {
@@ -286,7 +291,8 @@ spec!(official_runtime_initializes_after_a_daemon_restart, async {
     })
     .await;
 
-    let new = Daemon::start();
+    // `client initialized` is a debug line.
+    let new = Daemon::builder().log("info,ahpty::rpc=debug").start();
     proxy.retarget(new.addr());
     assert_eq!(proxy.sever(), 1, "one proxied connection");
     drop(helper);

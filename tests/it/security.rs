@@ -278,7 +278,8 @@ spec!(bad_token_configurations_are_refused_at_start, {
         ],
         &[],
     );
-    assert_eq!(code, Some(1), "{err}");
+    // Every settings refusal is exit status 2 (systemd does not restart on it).
+    assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("too short"), "{err}");
     let (code, err) = run_to_exit(
         &[
@@ -289,7 +290,7 @@ spec!(bad_token_configurations_are_refused_at_start, {
         ],
         &[],
     );
-    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("/nonexistent/token"), "{err}");
     let (code, err) = run_to_exit(
         &["--listen", "127.0.0.1:0", "--no-auth"],
@@ -309,7 +310,7 @@ spec!(non_loopback_bind_without_a_token_is_refused, {
         &["--listen", "127.0.0.1:0", "--listen", "0.0.0.0:0"][..],
     ] {
         let (code, err) = run_to_exit(args, &[]);
-        assert_eq!(code, Some(1), "{args:?}: {err}");
+        assert_eq!(code, Some(2), "{args:?}: {err}");
         let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
         assert_eq!(lines.len(), 1, "{args:?}: expected one line: {err}");
         assert!(

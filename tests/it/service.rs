@@ -158,6 +158,22 @@ spec!(a_failing_systemctl_is_reported, {
     );
 });
 
+spec!(uninstall_removes_the_unit_even_when_systemd_refuses, {
+    let env = Env::new();
+    env.fake_systemctl(1);
+    let _ = env.service("install");
+    assert!(env.unit().exists());
+    let out = env.service("uninstall");
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(!env.unit().exists(), "{stdout}");
+    assert!(stdout.contains("removed anyway"), "{stdout}");
+    let out = env.service("status");
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("no systemd user manager"), "{stdout}");
+});
+
 spec!(
     without_systemctl_the_commands_are_printed_and_the_status_is_2,
     {
@@ -278,13 +294,11 @@ spec!(in_the_journal_no_timestamps_colours_or_token, {
         }
     });
     let mut seen = Vec::new();
-    while !seen
-        .iter()
-        .any(|l: &String| l.contains("listening on ws://"))
-    {
+    // Up to the line on what TCP peers need, which follows the listeners.
+    while !seen.iter().any(|l: &String| l.contains("TCP peers need")) {
         let line = rx
             .recv_timeout(Duration::from_secs(20))
-            .unwrap_or_else(|_| panic!("no `listening on` within 20 s: {seen:#?}"));
+            .unwrap_or_else(|_| panic!("no `TCP peers need` within 20 s: {seen:#?}"));
         seen.push(line);
     }
     for line in &seen {
@@ -313,6 +327,11 @@ spec!(in_the_journal_no_timestamps_colours_or_token, {
     );
     assert!(
         seen.iter().any(|l| l.starts_with("ws://127.0.0.1:")),
+        "{seen:#?}"
+    );
+    // The log does not contradict itself by pointing to stdout for the token.
+    assert!(
+        !seen.iter().any(|l| l.contains("printed on stdout")),
         "{seen:#?}"
     );
 });

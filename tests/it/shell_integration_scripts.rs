@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use ahp_types::actions::StateAction;
 use ahpty::terminal::shell_integration::{
-    new_nonce, prepare_with_env, CommandTracker, Mark, OutputEvent, OutputParser,
+    new_nonce, prepare_with_env, CommandTracker, Mark, OutputParser, Parsed,
 };
 use portable_pty::{native_pty_system, Child, CommandBuilder, MasterPty, PtySize};
 
@@ -137,12 +137,12 @@ impl Term {
         self.parser.feed(chunk, &mut events);
         for e in events {
             match e {
-                OutputEvent::Text(t) => {
+                Parsed::Text(t) => {
                     assert!(!t.contains("\x1b]633"), "633 leaked: {t:?}");
                     assert!(!t.contains("\x1b]133"), "133 leaked: {t:?}");
                     self.text.push_str(&t);
                 }
-                OutputEvent::Mark(m) => {
+                Parsed::Mark(m) => {
                     if m == Mark::PromptStart {
                         self.prompts += 1;
                     }
@@ -150,7 +150,7 @@ impl Term {
                     self.tracker.on_mark(m, 0, &mut self.actions);
                 }
                 // Nobody answers here (the host does, in the daemon).
-                OutputEvent::Query(_) => {}
+                Parsed::Query(_) => {}
             }
         }
     }

@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 use crate::support::*;
 use ahp::ahp_types::commands::ReconnectResult;
 use ahp::ahp_types::state::TerminalContentPart;
-use ahpty::terminal::model::{Frozen, Model};
 use serde_json::{json, Value};
 
 const BIG: &str = "67108864"; // 64 MiB
@@ -480,9 +479,10 @@ spec!(
         let after = terminal_of(&b.subscribe_at(&t).await.1);
         // The same screen, as a client's emulator draws it.
         let draw = |state: &ahp::ahp_types::state::TerminalState| {
-            let mut m = Model::thaw(&Frozen::fresh(80, 24));
-            m.feed(&content_text(state));
-            m.freeze().client().to_string()
+            let mut vt = avt::Terminal::new(80, 24).expect("80x24 is a valid size");
+            vt.feed(content_text(state).as_str());
+            // The visible text, then the whole state (colours, cursor) as avt would redraw it.
+            format!("{}\n{}", vt.screen().text().join("\n"), vt.dump())
         };
         let (was, is) = (draw(&before), draw(&after));
         // The output was trimmed: the snapshot starts with the model's synthesized screen.

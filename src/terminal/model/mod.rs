@@ -65,12 +65,8 @@ impl Frozen {
         &self.client
     }
 
-    /// The size this state was modelled at.
-    pub fn size(&self) -> (u16, u16) {
-        (self.cols, self.rows)
-    }
-
     /// Heap bytes held.
+    #[cfg(test)]
     pub fn heap_bytes(&self) -> usize {
         self.raw.capacity() + self.client.capacity()
     }
@@ -127,6 +123,7 @@ impl Model {
     }
 
     /// The tracked modes.
+    #[cfg(test)]
     pub fn modes(&self) -> &Modes {
         &self.tracker.modes
     }

@@ -10,6 +10,8 @@
 //! (as by a terminal without the feature): every other DSR (`CSI ? Ps n`), DA3, the other
 //! XTWINOPS reports, the kitty keyboard query `CSI ? u`, XTQMODKEYS `CSI ? Ps m`, OSC 4 and
 //! OSC 52 queries, DECRQSS (`DCS $ q`) and XTGETTCAP (`DCS + q`).
+//!
+//! Pure functions and values; touches nothing.
 
 use crate::config::{ReportColors, Rgb};
 

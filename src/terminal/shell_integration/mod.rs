@@ -6,17 +6,16 @@
 //! May touch: its own private script directory under the temp dir (see [`scripts`]); it reads
 //! the process environment but never the user's dotfiles, and performs no other I/O.
 //!
-//! * [`parser`]: raw pty bytes → UTF-8 text + [`Mark`]s, in stream order.
+//! * [`parser`]: raw pty bytes → UTF-8 text + [`Mark`]s, in stream order (the OSC payloads the
+//!   escape-sequence framer, `terminal::escape`, delimits).
 //! * [`tracker`]: [`Mark`]s → `StateAction`s (`terminal/commandExecuted`, …).
 //! * [`scripts`]: the integration scripts and the spawn-time [`Injection`].
 
-pub mod parser;
-pub mod scripts;
-pub mod tracker;
+pub(crate) mod parser;
+pub(crate) mod scripts;
+pub(crate) mod tracker;
 
-pub use parser::{
-    sanitize_title, Mark, OutputEvent, OutputParser, ParserCarry, MAX_OSC_BYTES, MAX_TITLE_CHARS,
-};
+pub use parser::{sanitize_title, Mark, OutputParser, Parsed, ParserCarry, MAX_TITLE_CHARS};
 pub use scripts::{
     new_nonce, prepare, prepare_with_env, remove_script_dir, shell_kind, Injection, ShellKind,
     NONCE_ENV,

@@ -10,7 +10,8 @@ use std::fs;
 use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+
+use parking_lot::Mutex;
 
 /// Environment variable naming a one-shot file holding the terminal's nonce; the script reads
 /// the file into a shell variable, deletes it and unsets the variable before running any of the
@@ -150,7 +151,7 @@ static SCRIPT_DIR: Mutex<Option<PathBuf>> = Mutex::new(None);
 /// The per-process script directory (`$TMPDIR/ahpty-<pid>-<random>/`, mode 0700), created on
 /// first use and re-created if it was removed; files whose contents differ are rewritten.
 pub fn script_dir() -> io::Result<PathBuf> {
-    let mut guard = SCRIPT_DIR.lock().unwrap_or_else(|e| e.into_inner());
+    let mut guard = SCRIPT_DIR.lock();
     if let Some(dir) = guard.as_ref() {
         if write_files(dir).is_ok() {
             return Ok(dir.clone());
@@ -171,7 +172,7 @@ pub fn script_dir() -> io::Result<PathBuf> {
 /// Removes the script directory (call at daemon shutdown; running shells have already read
 /// their scripts).
 pub fn remove_script_dir() -> io::Result<()> {
-    let mut guard = SCRIPT_DIR.lock().unwrap_or_else(|e| e.into_inner());
+    let mut guard = SCRIPT_DIR.lock();
     if let Some(dir) = guard.take() {
         fs::remove_dir_all(dir)?;
     }

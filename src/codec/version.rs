@@ -17,9 +17,8 @@ use base64::Engine;
 use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
-use tokio_tungstenite::tungstenite::Utf8Bytes;
 
-use super::frame;
+use super::{message, Frame};
 
 /// Protocol baselines ahpty negotiates, as advertised in `-32005`'s `data.supportedVersions`.
 pub const SUPPORTED_VERSION_RANGES: &[&str] = &["^1.0.0", ">=0.5.0 <0.10.0"];
@@ -124,14 +123,14 @@ fn caret_matches(v: (u64, u64, u64), base: (u64, u64, u64)) -> bool {
 /// first use only. Cost for a `terminal/data` envelope: one match on the action type.
 pub struct Encodings<'a> {
     envelope: &'a ActionEnvelope,
-    current: &'a Utf8Bytes,
-    older: Option<Utf8Bytes>,
+    current: &'a Frame,
+    older: Option<Frame>,
     differs: bool,
 }
 
 impl<'a> Encodings<'a> {
     /// `current` is `envelope` encoded as an `action` notification (1.0.0).
-    pub fn new(envelope: &'a ActionEnvelope, current: &'a Utf8Bytes) -> Self {
+    pub fn new(envelope: &'a ActionEnvelope, current: &'a Frame) -> Self {
         Encodings {
             envelope,
             current,
@@ -141,7 +140,7 @@ impl<'a> Encodings<'a> {
     }
 
     /// The `action` notification for a subscriber speaking `wire`.
-    pub fn text(&mut self, wire: Wire) -> Utf8Bytes {
+    pub fn text(&mut self, wire: Wire) -> Frame {
         if wire.is_current() || !self.differs {
             return self.current.clone();
         }
@@ -169,11 +168,11 @@ fn action_differs(action: &StateAction) -> bool {
 /// dispatcher).
 pub fn action_text(envelope: &ActionEnvelope, wire: Wire) -> String {
     if wire.is_current() || !action_differs(&envelope.action) {
-        return frame::action(envelope);
+        return message::action(envelope);
     }
     let mut v = to_json(envelope);
     envelope_json(&mut v, wire);
-    frame::notification("action", &v)
+    message::notification("action", &v)
 }
 
 /// The `initialize` success response for `wire`.
@@ -183,7 +182,7 @@ pub fn initialize_response(
     wire: Wire,
 ) -> String {
     if wire.is_current() {
-        return frame::success(id, result);
+        return message::success(id, result);
     }
     let mut v = to_json(result);
     if let Some(m) = v.as_object_mut() {
@@ -196,7 +195,7 @@ pub fn initialize_response(
     for s in array_mut(&mut v, "snapshots") {
         snapshot_json(s, wire);
     }
-    frame::success(id, v)
+    message::success(id, v)
 }
 
 /// A `subscribe` success response (`{snapshot}`) for `wire`.
@@ -205,13 +204,13 @@ pub fn subscribe_response(id: &RawValue, snapshot: Snapshot, wire: Wire) -> Stri
         snapshot: Some(snapshot),
     };
     if wire.is_current() {
-        return frame::success(id, result);
+        return message::success(id, result);
     }
     let mut v = to_json(&result);
     if let Some(s) = v.get_mut("snapshot") {
         snapshot_json(s, wire);
     }
-    frame::success(id, v)
+    message::success(id, v)
 }
 
 /// The JSON of a `reconnect` result (replay or snapshots) for `wire`.
@@ -456,7 +455,7 @@ mod tests {
         let data = envelope(StateAction::TerminalData(TerminalDataAction {
             data: "\"claim\":{\"kind\":\"session\",\"chat\":1}".into(),
         }));
-        let text: Utf8Bytes = frame::action(&data).into();
+        let text: Frame = message::action(&data).into();
         let mut enc = Encodings::new(&data, &text);
         assert_eq!(enc.text(Wire::V0_5_0).as_str(), text.as_str());
         assert!(enc.older.is_none(), "terminal/data is never re-encoded");
@@ -464,7 +463,7 @@ mod tests {
         let claimed = envelope(StateAction::TerminalClaimed(TerminalClaimedAction {
             claim: session_claim(),
         }));
-        let text: Utf8Bytes = frame::action(&claimed).into();
+        let text: Frame = message::action(&claimed).into();
         let mut enc = Encodings::new(&claimed, &text);
         assert_eq!(enc.text(Wire::Current).as_str(), text.as_str());
         let old: Value = serde_json::from_str(enc.text(Wire::V0_7_0).as_str()).unwrap();

@@ -3,23 +3,23 @@
 //! (the Rust SDK, many scripts) send the request line `GET ?tkn=TOKEN HTTP/1.1`, which is not a
 //! valid request target. Browsers send `GET /?tkn=…`. [`fix_request_line`] reads the first
 //! bytes of the request and, for `GET ?`, hands the upgrade `GET /?` instead.
+//!
+//! Touches only the socket it is given; the bytes read are put back with tokio's
+//! [`AsyncReadExt::chain`] in front of the rest of the stream.
 
-use std::io;
-use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::io::{self, Cursor};
 
-use tokio::io::{AsyncRead, AsyncReadExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, Join, ReadHalf, WriteHalf};
 
-/// A stream that yields `prefix` before the rest of `inner`.
-pub struct Prefixed<S> {
-    prefix: Vec<u8>,
-    pos: usize,
-    inner: S,
-}
+/// A stream whose first bytes were read and put back in front of the rest.
+pub type Fixed<S> = Join<tokio::io::Chain<Cursor<Vec<u8>>, ReadHalf<S>>, WriteHalf<S>>;
 
 /// Reads up to 5 bytes of the request and returns the stream with them put back, with `GET ?`
 /// turned into `GET /?`.
-pub async fn fix_request_line<S: AsyncRead + Unpin>(mut inner: S) -> io::Result<Prefixed<S>> {
+pub async fn fix_request_line<S>(mut inner: S) -> io::Result<Fixed<S>>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
     let mut head = [0u8; 5];
     let mut n = 0;
     while n < head.len() {
@@ -36,42 +36,17 @@ pub async fn fix_request_line<S: AsyncRead + Unpin>(mut inner: S) -> io::Result<
     if prefix == b"GET ?" {
         prefix.insert(4, b'/');
     }
-    Ok(Prefixed {
-        prefix,
-        pos: 0,
-        inner,
-    })
+    let (read, write) = tokio::io::split(inner);
+    Ok(tokio::io::join(Cursor::new(prefix).chain(read), write))
 }
-
-impl<S: AsyncRead + Unpin> AsyncRead for Prefixed<S> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        if self.pos < self.prefix.len() {
-            let rest = &self.prefix[self.pos..];
-            let n = rest.len().min(buf.remaining());
-            buf.put_slice(&rest[..n]);
-            self.pos += n;
-            if self.pos == self.prefix.len() {
-                self.prefix = Vec::new();
-                self.pos = 0;
-            }
-            return Poll::Ready(Ok(()));
-        }
-        Pin::new(&mut self.inner).poll_read(cx, buf)
-    }
-}
-
-delegate_async_write!(Prefixed);
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
     async fn fixed(input: &[u8]) -> Vec<u8> {
-        let mut s = fix_request_line(input).await.unwrap();
+        let stream = tokio::io::join(input, tokio::io::sink());
+        let mut s = fix_request_line(stream).await.unwrap();
         let mut out = Vec::new();
         s.read_to_end(&mut out).await.unwrap();
         out
