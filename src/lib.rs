@@ -19,6 +19,7 @@ pub mod server;
 pub mod service;
 pub mod store;
 pub mod terminal;
+pub mod upgrade;
 
 pub use config::Config;
 pub use server::{serve, Server};

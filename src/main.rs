@@ -101,8 +101,35 @@ enum Command {
         /// The subcommand whose page to print (e.g. `serve`).
         command: Option<String>,
     },
+    /// Upgrade the running daemon in place: it re-executes its binary (the path it was
+    /// started from, e.g. after a package update) with the same pid, keeping every terminal
+    /// running and every client resumable; prints the outcome. Exit status 0: upgraded; 1:
+    /// the upgrade failed and the old version serves on (the reason is printed); 2: no
+    /// outcome within --timeout. The same as `kill -USR2 PID`.
+    Upgrade(UpgradeArgs),
+    /// (internal) The pre-flight of a live upgrade: checks that this binary can run the given
+    /// `serve` arguments and prints the hand-over formats it reads, as JSON.
+    #[command(hide = true, name = "upgrade-check")]
+    UpgradeCheck {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
+        args: Vec<std::ffi::OsString>,
+    },
     #[command(flatten)]
     Client(ClientCommand),
+}
+
+#[derive(clap::Args)]
+struct UpgradeArgs {
+    /// The daemon's pid [default: the daemon listening on --socket].
+    #[arg(long, value_name = "PID")]
+    pid: Option<u32>,
+    /// The daemon's Unix socket, to find its pid [default: $XDG_RUNTIME_DIR/ahpty/ahpty.sock,
+    /// else /tmp/ahpty-$UID/ahpty.sock].
+    #[arg(long, value_name = "PATH")]
+    socket: Option<PathBuf>,
+    /// How long to wait for the outcome (e.g. 15s).
+    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_flag::<Duration>)]
+    timeout: Duration,
 }
 
 #[derive(Subcommand)]
@@ -286,6 +313,9 @@ impl ServeArgs {
 }
 
 fn main() -> ExitCode {
+    // A live upgrade's hand-over, read before any thread exists (it may go back to the old
+    // image from here, see ahpty::upgrade).
+    let inherited = ahpty::upgrade::take_inherited();
     // Take the token out of the environment before any thread or terminal exists, so no child
     // process ever inherits it.
     let env_token = std::env::var(TOKEN_ENV).ok();
@@ -306,8 +336,14 @@ fn main() -> ExitCode {
         }
         Command::Serve(args) => {
             init_tracing(cli.verbose);
-            serve(&args, env_token)
+            serve(&args, env_token, inherited)
         }
+        Command::Upgrade(a) => {
+            let socket = a.socket.unwrap_or_else(config::default_socket_path);
+            let code = ahpty::upgrade::cli::run(a.pid, &socket, a.timeout, &mut std::io::stdout());
+            ExitCode::from(code)
+        }
+        Command::UpgradeCheck { args } => upgrade_check(args, env_token),
         Command::Config(args) => print_config(&args, env_token),
         Command::Service { action } => {
             let mut out = std::io::stdout().lock();
@@ -422,16 +458,77 @@ fn check(loaded: &Loaded, env_token: Option<String>) -> Result<Checked, String> 
     })
 }
 
-fn serve(args: &ServeArgs, env_token: Option<String>) -> ExitCode {
-    let loaded = match args.load() {
+/// `ahpty upgrade-check -- ARGS…`: parses ARGS as this binary's `serve` would (settings
+/// included) and prints the hand-over formats it reads; exit status 1 with one line on stderr
+/// if it cannot.
+fn upgrade_check(args: Vec<std::ffi::OsString>, env_token: Option<String>) -> ExitCode {
+    let argv = std::iter::once("ahpty".into()).chain(args);
+    let serve_args = match Cli::try_parse_from(argv) {
+        Ok(Cli {
+            command: Command::Serve(a),
+            ..
+        }) => a,
+        Ok(_) => {
+            eprintln!("ahpty: upgrade-check: the arguments are not those of `ahpty serve`");
+            return ExitCode::from(1);
+        }
+        Err(e) => {
+            let text = e.to_string();
+            eprintln!("ahpty: {}", text.lines().next().unwrap_or("bad arguments"));
+            return ExitCode::from(1);
+        }
+    };
+    let loaded = match serve_args.load() {
         Ok(l) => l,
         Err(e) => return fail(&e),
+    };
+    if let Err(m) = check(&loaded, env_token) {
+        eprintln!("ahpty: {m}");
+        return ExitCode::from(2);
+    }
+    match serde_json::to_string(&ahpty::upgrade::CheckAnswer::own()) {
+        Ok(json) => {
+            println!("{json}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("ahpty: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn serve(
+    args: &ServeArgs,
+    env_token: Option<String>,
+    inherited: Option<Result<ahpty::upgrade::Inherited, String>>,
+) -> ExitCode {
+    let inherited = match inherited.transpose() {
+        Ok(i) => i,
+        Err(e) => {
+            eprintln!("ahpty: cannot take over from the previous image: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    // Before the commit, a failure goes back to the previous image (when there is one).
+    let abandon = |reason: &str| {
+        if let Some(i) = &inherited {
+            i.abandon(reason);
+        }
+    };
+    let loaded = match args.load() {
+        Ok(l) => l,
+        Err(e) => {
+            abandon(&e.to_string());
+            return fail(&e);
+        }
     };
     let Checked {
         config, warnings, ..
     } = match check(&loaded, env_token) {
         Ok(c) => c,
         Err(m) => {
+            abandon(&m);
             eprintln!("ahpty: {m}");
             return ExitCode::from(2);
         }
@@ -467,15 +564,49 @@ fn serve(args: &ServeArgs, env_token: Option<String>) -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
+            abandon(&format!("cannot start the async runtime: {e}"));
             eprintln!("ahpty: cannot start the async runtime: {e}");
             return ExitCode::from(1);
         }
     };
     let result = runtime.block_on(async {
         let shutdown = shutdown_signal();
-        let mut server = ahpty::Server::bind(&config).await?;
-        announce(&mut server, &config);
-        server.run(shutdown).await;
+        let upgrader =
+            match ahpty::upgrade::Upgrader::install(inherited.as_ref().map(|i| &i.handover)) {
+                Ok(u) => u,
+                Err(e) => {
+                    if let Some(i) = &inherited {
+                        i.abandon(&format!("cannot install the SIGUSR2 handler: {e}"));
+                    }
+                    return Err(e);
+                }
+            };
+        let server = match inherited {
+            Some(inherited) => {
+                // The transcripts go on in the same files (the old image's lock ended with it).
+                let store = match config.persist.as_ref().map(ahpty::store::open).transpose() {
+                    Ok(s) => s.flatten(),
+                    Err(e) => {
+                        inherited.abandon(&e.to_string());
+                        return Err(e);
+                    }
+                };
+                // The commit point: from here on the old image is gone for good.
+                let (handover, mut fds, failed) = inherited.commit();
+                let adoption = ahpty::upgrade::Adoption::of(&handover);
+                let host = ahpty::host::Host::resume(&config, handover.host, &mut fds, store)?;
+                let server = ahpty::Server::adopt(&config, handover.server, &mut fds, host)?;
+                upgrader.report_adopted(&adoption, failed, server.host().terminal_count());
+                server
+            }
+            None => {
+                let mut server = ahpty::Server::bind(&config).await?;
+                announce(&mut server, &config);
+                server
+            }
+        };
+        upgrader.signals_ready();
+        server.with_upgrades(upgrader).run(shutdown).await;
         Ok::<_, std::io::Error>(())
     });
     match result {

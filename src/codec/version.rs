@@ -50,6 +50,9 @@ pub enum Wire {
 }
 
 impl Wire {
+    /// Every variant, oldest first (a stable order: indexes of it cross a live upgrade).
+    pub const ALL: [Wire; 4] = [Wire::V0_5_0, Wire::V0_5_2, Wire::V0_7_0, Wire::Current];
+
     /// Whether this is the host's own shape (0.9.x, 1.x): nothing is translated.
     pub fn is_current(self) -> bool {
         self == Wire::Current

@@ -97,6 +97,62 @@ impl History {
     pub fn bytes(&self) -> usize {
         self.bytes
     }
+
+    /// This history as data, for a live upgrade's hand-over (docs/upgrade.md).
+    pub fn image(&self) -> HistoryImage {
+        HistoryImage {
+            cap: self.cap,
+            floor: self.floor,
+            entries: self
+                .entries
+                .iter()
+                .map(|e| EntryImage {
+                    server_seq: e.server_seq,
+                    text: e.text.as_str().to_owned(),
+                    rejected_for: e.rejected_for.clone(),
+                })
+                .collect(),
+        }
+    }
+
+    /// The history an [`image`](Self::image) describes.
+    pub fn from_image(image: HistoryImage) -> History {
+        let mut h = History::new(image.cap, image.floor);
+        for e in image.entries {
+            h.bytes += e.text.len();
+            h.entries.push_back(Entry {
+                server_seq: e.server_seq,
+                text: e.text.into(),
+                rejected_for: e.rejected_for,
+            });
+        }
+        h
+    }
+}
+
+/// A [`History`] as data: its cap and floor and every retained `action` notification.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HistoryImage {
+    /// Bytes of encoded envelopes held at most.
+    pub cap: usize,
+    /// Every envelope after this `serverSeq` is held.
+    pub floor: u64,
+    /// The retained envelopes, oldest first.
+    pub entries: Vec<EntryImage>,
+}
+
+/// One retained envelope of a [`HistoryImage`].
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EntryImage {
+    /// The envelope's `serverSeq`.
+    pub server_seq: u64,
+    /// The `action` notification exactly as it was sent.
+    pub text: String,
+    /// For a rejected action, the client it is replayed to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rejected_for: Option<String>,
 }
 
 #[cfg(test)]

@@ -26,6 +26,7 @@ pub(crate) mod catalog;
 pub(crate) mod channel;
 pub(crate) mod error;
 mod flow;
+pub mod handover;
 pub(crate) mod history;
 pub(crate) mod outbox;
 mod persist;
@@ -101,6 +102,10 @@ struct Inner {
     /// The [`TerminalEntry::serial`] of the next terminal created.
     next_serial: u64,
     shutting_down: bool,
+    /// A live upgrade is under way (see `handover.rs`): no new terminals.
+    upgrading: bool,
+    /// Suspended pumps' hand-over state, by terminal id (during a live upgrade).
+    parked: HashMap<u64, pump::Parked>,
     /// The transcript store (`None` without persistence).
     store: Option<Arc<crate::store::Store>>,
     /// The `serverSeq` at which the store's high-water mark is raised next.
@@ -230,6 +235,8 @@ impl Host {
                 next_conn: 1,
                 next_serial: 1,
                 shutting_down: false,
+                upgrading: false,
+                parked: HashMap::new(),
                 store,
                 seq_renew_at: base.saturating_add(crate::store::SEQ_MARGIN / 2),
             }),

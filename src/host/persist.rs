@@ -50,6 +50,21 @@ pub(super) struct Transcript {
     since_checkpoint: usize,
 }
 
+impl Transcript {
+    /// `(key, bytes since the last checkpoint)`, for a live upgrade's hand-over.
+    pub(super) fn image(&self) -> (String, usize) {
+        (self.key.as_str().to_string(), self.since_checkpoint)
+    }
+
+    /// The transcript an [`image`](Self::image) describes (`None`: not a valid key).
+    pub(super) fn from_image(key: &str, since_checkpoint: usize) -> Option<Transcript> {
+        Some(Transcript {
+            key: Key::parse(key)?,
+            since_checkpoint,
+        })
+    }
+}
+
 /// What an accepted action means for the transcript.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Kind {

@@ -36,7 +36,7 @@ use super::flow::Gate;
 use super::outbox::OutboxRef;
 use super::Host;
 use crate::terminal::output::batch_bytes;
-use crate::terminal::{EventReceiver, OutputItem, TerminalEvent};
+use crate::terminal::{EventReceiver, OutputItem, ReaderCarry, TerminalEvent};
 
 /// How long after the process exits its output may still drain before `terminal/exited`.
 pub const EXIT_DRAIN: Duration = Duration::from_millis(500);
@@ -90,6 +90,25 @@ struct Pump {
     in_flight: Vec<(OutboxRef, u64)>,
 }
 
+/// A pump's own state, carried across a live upgrade (docs/upgrade.md).
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct PumpState {
+    /// The process's exit was received (its code is `exit_code`).
+    pub exited: bool,
+    pub exit_code: Option<i64>,
+    /// `terminal/exited` was emitted.
+    pub exit_reported: bool,
+    /// The pty reported end of file.
+    pub eof: bool,
+}
+
+/// What a suspended pump leaves for the hand-over: the reader's carry and its own state.
+pub(super) struct Parked {
+    pub reader: ReaderCarry,
+    pub state: PumpState,
+}
+
 /// Runs the pump of the terminal at `uri` numbered `serial` until its events end (the pty
 /// threads are gone) — see the module docs.
 pub(super) async fn run(
@@ -99,6 +118,26 @@ pub(super) async fn run(
     events: EventReceiver,
     wake: Arc<Notify>,
 ) {
+    resume(host, uri, serial, events, wake, PumpState::default()).await
+}
+
+/// [`run`] for a terminal handed over by a live upgrade, with its pump's state.
+pub(super) async fn resume(
+    host: Arc<Host>,
+    uri: String,
+    serial: u64,
+    events: EventReceiver,
+    wake: Arc<Notify>,
+    state: PumpState,
+) {
+    let exit = match (state.exit_reported, state.exited) {
+        (true, _) => Exit::Reported,
+        (false, true) => Exit::Draining(state.exit_code),
+        (false, false) => Exit::Running,
+    };
+    // An exit waiting for the output to drain gets its full drain time again.
+    let deadline =
+        (matches!(exit, Exit::Draining(_)) && !state.eof).then(|| Instant::now() + EXIT_DRAIN);
     let mut pump = Pump {
         host,
         uri,
@@ -107,9 +146,9 @@ pub(super) async fn run(
         wake,
         pending: None,
         gate: None,
-        exit: Exit::Running,
-        eof: false,
-        deadline: None,
+        exit,
+        eof: state.eof,
+        deadline,
         merge_until: None,
         in_flight: Vec::new(),
     };
@@ -161,6 +200,28 @@ impl Pump {
                     } else {
                         self.deadline = Some(Instant::now() + EXIT_DRAIN);
                     }
+                }
+                TerminalEvent::Suspended(carry) => {
+                    // A live upgrade: everything read before it has been applied.
+                    let (exited, exit_code) = match self.exit {
+                        Exit::Running => (false, None),
+                        Exit::Draining(code) => (true, code),
+                        Exit::Reported => (true, None),
+                    };
+                    let state = PumpState {
+                        exited,
+                        exit_code,
+                        exit_reported: self.exit == Exit::Reported,
+                        eof: self.eof,
+                    };
+                    self.host.park(
+                        self.serial,
+                        Parked {
+                            reader: *carry,
+                            state,
+                        },
+                    );
+                    return;
                 }
             }
         }

@@ -119,6 +119,35 @@ impl RecentClients {
         }
     }
 
+    /// Every remembered id, oldest first, with how long ago it was seen (milliseconds) and
+    /// its wire shapes as an index of [`Wire::ALL`] (for a live upgrade's hand-over).
+    pub(super) fn image(&self) -> Vec<(String, u64, u8)> {
+        self.order
+            .values()
+            .filter_map(|id| {
+                let (_, at, wire) = self.last_seen.get(id)?;
+                let index = Wire::ALL.iter().position(|w| w == wire).unwrap_or(0);
+                Some((id.clone(), at.elapsed().as_millis() as u64, index as u8))
+            })
+            .collect()
+    }
+
+    /// Remembers `client_id` as seen `age_ms` ago with wire shapes `wire` (an index of
+    /// [`Wire::ALL`]); called oldest first, after an [`image`](Self::image).
+    pub(super) fn restore(&mut self, client_id: &str, age_ms: u64, wire: u8) {
+        let Some(at) = Instant::now().checked_sub(Duration::from_millis(age_ms)) else {
+            return;
+        };
+        let wire = Wire::ALL
+            .get(usize::from(wire))
+            .copied()
+            .unwrap_or_default();
+        self.set_wire(client_id, wire);
+        if let Some(entry) = self.last_seen.get_mut(client_id) {
+            entry.1 = at;
+        }
+    }
+
     /// How many ids are remembered.
     #[cfg(test)]
     pub(super) fn len(&self) -> usize {

@@ -133,7 +133,64 @@ fn text_of(part: &TerminalContentPart) -> &str {
     }
 }
 
+/// A [`Screen`] as data, for a live upgrade's hand-over (docs/upgrade.md). Not carried: the
+/// last cursor report's state and the repaint at the last resize (both are recomputed).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ScreenImage {
+    head: u64,
+    tail: u64,
+    floor: u64,
+    base: Frozen,
+    base_at: u64,
+    pending: Vec<(u64, String)>,
+    /// `(at, cols, rows)`.
+    resizes: Vec<(u64, u16, u16)>,
+    replies: Vec<(u64, Reply)>,
+    cols: u16,
+    rows: u16,
+}
+
 impl Screen {
+    /// This screen as data.
+    pub(super) fn image(&self) -> ScreenImage {
+        ScreenImage {
+            head: self.head,
+            tail: self.tail,
+            floor: self.floor,
+            base: (*self.base).clone(),
+            base_at: self.base_at,
+            pending: self.pending.iter().cloned().collect(),
+            resizes: self
+                .resizes
+                .iter()
+                .map(|r| (r.at, r.cols, r.rows))
+                .collect(),
+            replies: self.replies.iter().cloned().collect(),
+            cols: self.cols,
+            rows: self.rows,
+        }
+    }
+
+    /// The screen an [`image`](Self::image) describes.
+    pub(super) fn from_image(image: ScreenImage) -> Screen {
+        let mut s = Screen::new(image.cols, image.rows);
+        s.head = image.head;
+        s.tail = image.tail;
+        s.floor = image.floor;
+        s.base = Arc::new(image.base);
+        s.base_at = image.base_at;
+        s.pending_bytes = image.pending.iter().map(|(_, t)| t.len()).sum();
+        s.pending = image.pending.into();
+        s.resizes = image
+            .resizes
+            .into_iter()
+            .map(|(at, cols, rows)| Resize { at, cols, rows })
+            .collect();
+        s.replies = image.replies.into();
+        s
+    }
+
     pub(super) fn new(cols: u16, rows: u16) -> Screen {
         Screen {
             head: 0,

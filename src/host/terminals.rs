@@ -100,6 +100,9 @@ impl Host {
             if inner.shutting_down {
                 return Err(HostError::internal("ahpty is shutting down"));
             }
+            if inner.upgrading {
+                return Err(HostError::internal("ahpty is upgrading; retry in a moment"));
+            }
             if inner.terminals.contains_key(&uri) || inner.spawning.contains(&uri) {
                 return Err(HostError::already_exists(&uri));
             }

@@ -13,6 +13,7 @@
 pub(crate) mod auth;
 mod connection;
 pub mod fdlimit;
+pub mod handover;
 mod handshake;
 pub(crate) mod pending;
 mod reader;
@@ -160,11 +161,25 @@ pub struct Server {
     ctx: Arc<Context>,
     token: Option<Token>,
     generated_token: bool,
+    /// Live upgrades on SIGUSR2 (see [`Server::with_upgrades`]).
+    upgrader: Option<crate::upgrade::Upgrader>,
     /// The connect URLs with the generated token were withheld (stdout is the journal).
     token_withheld: bool,
 }
 
 impl Server {
+    /// Serves live upgrades: on SIGUSR2 the daemon re-executes its binary in place and hands
+    /// its state over (see [`crate::upgrade`]).
+    pub fn with_upgrades(mut self, upgrader: crate::upgrade::Upgrader) -> Self {
+        self.upgrader = Some(upgrader);
+        self
+    }
+
+    /// The shared host.
+    pub fn host(&self) -> &Arc<Host> {
+        &self.host
+    }
+
     /// Checks the security settings ([`auth::check_config`]; its warnings are logged), opens
     /// the transcript store (restoring the terminals it holds; see [`crate::store::open`]),
     /// loads TLS, resolves the token (generating one for [`Auth::Generate`]) and binds every
@@ -239,6 +254,7 @@ impl Server {
             host,
             token,
             generated_token,
+            upgrader: None,
             token_withheld: false,
         })
     }
@@ -292,7 +308,7 @@ impl Server {
 
     /// Accepts connections until `shutdown` completes, then disposes every terminal (process
     /// groups killed), closes every connection with code 1001 and removes socket files.
-    pub async fn run(self, shutdown: impl Future<Output = ()>) {
+    pub async fn run(mut self, shutdown: impl Future<Output = ()>) {
         for l in &self.listeners {
             // Tests and scripts parse `listening on ws://ADDR`: keep this format.
             tracing::info!("listening on {}", l.url());
@@ -327,6 +343,7 @@ impl Server {
         // the daemon runs out of descriptors.
         let mut reserve = std::fs::File::open("/dev/null").ok();
         let mut connections = JoinSet::new();
+        let mut upgrader = self.upgrader.take();
         tokio::pin!(shutdown);
         loop {
             let accepts = self.listeners.iter().enumerate().map(|(i, l)| {
@@ -336,6 +353,13 @@ impl Server {
             let any_accept = futures_util::future::select_all(accepts);
             tokio::select! {
                 _ = &mut shutdown => break,
+                // No accept runs while an upgrade quiesces: connections wait in the backlog.
+                request = crate::upgrade::requested(&mut upgrader) => {
+                    if let Some(u) = upgrader.as_mut() {
+                        let stop = || shutdown.as_mut().now_or_never().is_some();
+                        u.perform(&self, request, stop).await;
+                    }
+                }
                 ((i, accepted), _, _) = any_accept => match accepted {
                     Ok(accepted) => {
                         let (key, fd) = match &accepted {

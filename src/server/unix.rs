@@ -79,11 +79,38 @@ impl UnixSocket {
         &self.path
     }
 
+    /// The (device, inode) of the socket file this listener created.
+    pub fn identity(&self) -> (u64, u64) {
+        self.identity
+    }
+
+    /// A listener around an inherited, listening Unix socket `fd` bound at `path`, whose
+    /// socket file had `identity` (a live upgrade: nothing is bound or removed).
+    pub fn adopt(
+        fd: std::os::fd::OwnedFd,
+        path: PathBuf,
+        identity: (u64, u64),
+    ) -> io::Result<Self> {
+        let std = std::os::unix::net::UnixListener::from(fd);
+        std.set_nonblocking(true)?;
+        Ok(UnixSocket {
+            listener: UnixListener::from_std(std)?,
+            path,
+            identity,
+        })
+    }
+
     /// Accepts the next peer; returns it with its uid (`None` if the kernel would not say).
     pub async fn accept(&self) -> io::Result<(UnixStream, Option<u32>)> {
         let (stream, _) = self.listener.accept().await?;
         let uid = stream.peer_cred().ok().map(|c| c.uid());
         Ok((stream, uid))
+    }
+}
+
+impl std::os::fd::AsRawFd for UnixSocket {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.listener.as_raw_fd()
     }
 }
 

@@ -81,6 +81,11 @@ impl Key {
         &self.0
     }
 
+    /// The key named `stem` (a live upgrade's hand-over), if it is a valid one.
+    pub fn parse(stem: &str) -> Option<Key> {
+        Key::from_file_name(&format!("{stem}.log"))
+    }
+
     /// The key of a transcript file name (`<key>.log`), if it is one.
     fn from_file_name(name: &str) -> Option<Key> {
         let stem = name.strip_suffix(".log")?;

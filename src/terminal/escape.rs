@@ -63,7 +63,8 @@ const C1_ST: u8 = 0x9c;
 const SHRINK_ABOVE: usize = 64 * 1024;
 
 /// Kind of the escape sequence in progress, decided by the byte after ESC.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 enum Kind {
     /// `ESC`, intermediates, a final byte.
     Esc,
@@ -225,6 +226,24 @@ impl Perform for PassAll {
     fn osc_dispatch(&mut self, _payload: &[u8], _text: &mut String) {}
 }
 
+/// What a [`Framer`] holds back between two reads, as data: the raw bytes of the sequence in
+/// progress or of a partial UTF-8 character, and for an oversize sequence the mode it streams
+/// or skips in. Carried across a live upgrade (docs/upgrade.md): a fresh framer resumed from
+/// it behaves exactly as the suspended one would have.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FramerCarry {
+    /// Raw bytes held back (at most [`MAX_SEQUENCE_BYTES`] + 1): fed again to the fresh framer.
+    #[serde(default)]
+    pub held: Vec<u8>,
+    /// An oversize non-integration sequence of this kind streams through as text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    stream: Option<Kind>,
+    /// An oversize integration OSC is being dropped (`true`: its last byte was ESC).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    skip: Option<bool>,
+}
+
 /// The framing state of one stream, kept across reads.
 pub struct Framer {
     vte: vte::Parser,
@@ -298,6 +317,39 @@ impl Framer {
         self.mode = Mode::Ground;
         self.vte = vte::Parser::new();
         self.decoder.finish_into(&mut self.text);
+    }
+
+    /// What this framer holds back (see [`FramerCarry`]); the framer itself is left as is.
+    /// Called between two [`advance`](Self::advance)s, after [`take_text`](Self::take_text).
+    pub fn suspend(&self) -> FramerCarry {
+        let mut carry = FramerCarry::default();
+        match self.mode {
+            Mode::Ground => carry.held.extend_from_slice(self.decoder.pending()),
+            Mode::Seq { .. } => carry.held.extend_from_slice(&self.buf),
+            Mode::AwaitSt { .. } => {
+                carry.held.extend_from_slice(&self.buf);
+                carry.held.push(ESC);
+            }
+            Mode::Stream { kind } => {
+                carry.stream = Some(kind);
+                carry.held.extend_from_slice(self.decoder.pending());
+            }
+            Mode::Skip { after_esc } => carry.skip = Some(after_esc),
+        }
+        carry
+    }
+
+    /// Restores the state [`suspend`](Self::suspend) described into this framer, which must be
+    /// fresh. Frames nothing: the carried bytes were held back, not yet framed.
+    pub fn resume<P: Perform>(&mut self, carry: &FramerCarry, perform: &mut P) {
+        if let Some(kind) = carry.stream {
+            self.mode = Mode::Stream { kind };
+        } else if let Some(after_esc) = carry.skip {
+            self.mode = Mode::Skip { after_esc };
+        }
+        self.advance(&carry.held, perform);
+        // Held bytes complete nothing; anything else would be a carry from another framer.
+        debug_assert!(self.text.is_empty());
     }
 
     /// The text framed since the last call (valid UTF-8, never ending inside a character),

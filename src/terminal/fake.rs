@@ -145,4 +145,15 @@ impl Pty for FakePty {
         self.send(TerminalEvent::Exited(Some(129)));
         self.events.lock().take();
     }
+
+    fn exit_status(&self) -> Option<Option<i64>> {
+        None
+    }
+
+    fn suspend(&self) -> io::Result<(std::os::fd::OwnedFd, Vec<u8>)> {
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "a stand-in pty cannot be handed over",
+        ))
+    }
 }

@@ -17,6 +17,7 @@ pub(crate) mod fake;
 pub(crate) mod model;
 pub(crate) mod output;
 pub(crate) mod process;
+pub(crate) mod pty_master;
 pub mod shell_integration;
 pub(crate) mod utf8;
 
@@ -26,8 +27,9 @@ use std::time::Duration;
 
 use ahp_types::actions::StateAction;
 
-pub use output::{EventReceiver, EventSender, OutputPipeline};
-pub use process::{InputError, PtyProcess, SpawnRequest};
+pub use output::{EventReceiver, EventSender, OutputPipeline, PipelineCarry};
+pub use process::{InputError, PtyProcess, PtyReader, SpawnRequest};
+pub use pty_master::PtyMaster;
 
 /// Largest accepted `cols` or `rows` of a terminal (createTerminal, `terminal/resized`).
 pub const MAX_DIMENSION: i64 = 4096;
@@ -64,6 +66,34 @@ pub enum TerminalEvent {
     /// The program exited with this code (`128 + signal` for a signal death, decision D5;
     /// `None` if unknown).
     Exited(Option<i64>),
+    /// The reader stopped for a live upgrade: what its pipeline held back. The last event of
+    /// the reader; nothing it read is lost.
+    Suspended(Box<ReaderCarry>),
+}
+
+/// What a terminal's reader hands over at a live upgrade (docs/upgrade.md).
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReaderCarry {
+    /// The output pipeline between two reads.
+    pub pipeline: PipelineCarry,
+    /// The pty had reported end of file (nothing more will be read from it).
+    #[serde(default)]
+    pub eof: bool,
+}
+
+/// A terminal handed over by a live upgrade, to be restarted in this image.
+pub struct Adopted {
+    /// The program's pid (its session and process group id).
+    pub pid: i32,
+    /// The pty master, inherited across `execve`.
+    pub master: PtyMaster,
+    /// Input not yet written to the pty.
+    pub input: Vec<u8>,
+    /// The exit code if the old image had already reaped the process.
+    pub exit: Option<Option<i64>>,
+    /// The reader's state.
+    pub carry: ReaderCarry,
 }
 
 /// A running terminal's pty as the host drives it: input, window size, and the end of its
@@ -83,6 +113,15 @@ pub trait Pty: Send + Sync {
     /// Ends every process of the session (SIGHUP, then SIGKILL after `grace`) and lets go of
     /// the pty. Blocking: call it from a blocking thread.
     fn kill_session(&self, grace: Duration);
+    /// The exit code if the program was already reaped (`Some(None)`: status unknown), for a
+    /// live upgrade's hand-over.
+    fn exit_status(&self) -> Option<Option<i64>>;
+    /// Suspends the terminal for a live upgrade (docs/upgrade.md): stops its writer and
+    /// reader (the reader's last event is [`TerminalEvent::Suspended`]) and returns a
+    /// close-on-exec duplicate of the pty master and the input not yet written, in order. The
+    /// program keeps running. Errors: the master cannot be duplicated, or this pty cannot be
+    /// handed over. Blocking.
+    fn suspend(&self) -> io::Result<(std::os::fd::OwnedFd, Vec<u8>)>;
 }
 
 /// How terminals are started: [`NativePtys`] in the daemon, a stand-in in unit tests.
@@ -118,18 +157,40 @@ pub fn start(
     pipeline: OutputPipeline,
 ) -> io::Result<(Arc<PtyProcess>, EventReceiver)> {
     let (process, reader) = PtyProcess::spawn(request).map_err(explain_exhaustion)?;
+    run_threads(process, reader, pipeline, false)
+}
+
+/// Restarts a terminal handed over by a live upgrade: its writer (with the input it had
+/// not written), its reader (from the pipeline's carried state) and, unless the process was
+/// already reaped, its waiter. Errors: a thread cannot be started.
+pub fn adopt(adopted: Adopted) -> io::Result<(Arc<PtyProcess>, EventReceiver)> {
+    let (process, reader) =
+        PtyProcess::adopt(adopted.pid, adopted.master, adopted.input, adopted.exit)?;
+    let pipeline = OutputPipeline::resume(&adopted.carry.pipeline);
+    run_threads(process, reader, pipeline, adopted.carry.eof)
+}
+
+fn run_threads(
+    process: PtyProcess,
+    reader: PtyReader,
+    pipeline: OutputPipeline,
+    eof: bool,
+) -> io::Result<(Arc<PtyProcess>, EventReceiver)> {
     let pid = process.pid();
     let (tx, rx) = output::channel(output::PENDING_OUTPUT_BYTES);
     let reader_tx = tx.clone();
     std::thread::Builder::new()
         .name(format!("pty-reader-{pid}"))
-        .spawn(move || reader_loop(reader, pipeline, reader_tx))?;
-    std::thread::Builder::new()
-        .name(format!("pty-waiter-{pid}"))
-        .spawn(move || {
-            let code = process::wait_exit(pid);
-            let _ = tx.blocking_send(TerminalEvent::Exited(code));
-        })?;
+        .spawn(move || reader_loop(reader, pipeline, reader_tx, eof))?;
+    if process.exit_status().is_none() {
+        let slot = process.exit_slot();
+        std::thread::Builder::new()
+            .name(format!("pty-waiter-{pid}"))
+            .spawn(move || {
+                let code = process::wait_exit(pid, &slot);
+                let _ = tx.blocking_send(TerminalEvent::Exited(code));
+            })?;
+    }
     Ok((Arc::new(process), rx))
 }
 
@@ -148,7 +209,38 @@ fn explain_exhaustion(e: io::Error) -> io::Error {
     }
 }
 
-fn reader_loop(mut reader: Box<dyn Read + Send>, mut pipeline: OutputPipeline, tx: EventSender) {
+/// Reads the pty until end of file or a stop. A suspension (live upgrade) ends with
+/// [`TerminalEvent::Suspended`] carrying what the pipeline holds back; after end of file the
+/// thread stays until the terminal is stopped, so that a suspension still gets its answer.
+fn reader_loop(mut reader: PtyReader, mut pipeline: OutputPipeline, tx: EventSender, eof: bool) {
+    if !eof {
+        read_until_end(&mut reader, &mut pipeline, &tx);
+        if reader.is_suspending() {
+            let carry = ReaderCarry {
+                pipeline: pipeline.suspend(),
+                eof: false,
+            };
+            let _ = tx.blocking_send(TerminalEvent::Suspended(Box::new(carry)));
+            return;
+        }
+        let events = pipeline.finish();
+        if !events.is_empty() {
+            let _ = tx.blocking_send(TerminalEvent::Output(events));
+        }
+        let _ = tx.blocking_send(TerminalEvent::Eof);
+    }
+    reader.wait_stopped();
+    if reader.is_suspending() {
+        let carry = ReaderCarry {
+            pipeline: pipeline.suspend(),
+            eof: true,
+        };
+        let _ = tx.blocking_send(TerminalEvent::Suspended(Box::new(carry)));
+    }
+}
+
+/// Reads and parses until end of file, a stop (a read of 0 bytes) or a gone receiver.
+fn read_until_end(reader: &mut PtyReader, pipeline: &mut OutputPipeline, tx: &EventSender) {
     let mut buf = vec![0u8; READ_BUFFER_BYTES];
     loop {
         match reader.read(&mut buf) {
@@ -164,9 +256,4 @@ fn reader_loop(mut reader: Box<dyn Read + Send>, mut pipeline: OutputPipeline, t
             Err(_) => break,
         }
     }
-    let events = pipeline.finish();
-    if !events.is_empty() {
-        let _ = tx.blocking_send(TerminalEvent::Output(events));
-    }
-    let _ = tx.blocking_send(TerminalEvent::Eof);
 }

@@ -23,7 +23,7 @@ use tokio::sync::mpsc::error::{SendError, TryRecvError};
 use tokio::sync::Notify;
 
 use super::model::query;
-use super::shell_integration::{now_ms, CommandTracker, OutputParser, Parsed};
+use super::shell_integration::{now_ms, CommandTracker, OutputParser, Parsed, ParserCarry};
 use super::{OutputItem, TerminalEvent};
 use crate::config::ReportColors;
 
@@ -32,6 +32,8 @@ pub const PENDING_OUTPUT_BYTES: usize = 128 * 1024;
 
 /// Per-terminal output state, kept across reads.
 pub struct OutputPipeline {
+    nonce: String,
+    injected: bool,
     parser: OutputParser,
     tracker: CommandTracker,
     scratch: Vec<Parsed>,
@@ -52,16 +54,36 @@ impl OutputPipeline {
     /// ([`OutputParser::signed`]); otherwise any OSC 633/133 mark the shell prints is.
     pub fn new(nonce: String, cwd_uri: Option<String>, injected: bool) -> Self {
         let parser = if injected {
-            OutputParser::signed(nonce)
+            OutputParser::signed(nonce.clone())
         } else {
-            OutputParser::new(nonce)
+            OutputParser::new(nonce.clone())
         };
         OutputPipeline {
+            nonce,
+            injected,
             parser,
             tracker: CommandTracker::new(cwd_uri),
             scratch: Vec::new(),
             colors: ReportColors::default(),
         }
+    }
+
+    /// This pipeline's state between two reads, as data (for a live upgrade).
+    pub fn suspend(&self) -> PipelineCarry {
+        PipelineCarry {
+            nonce: self.nonce.clone(),
+            injected: self.injected,
+            parser: self.parser.suspend(),
+            tracker: self.tracker.clone(),
+        }
+    }
+
+    /// A pipeline that goes on where the suspended one stopped.
+    pub fn resume(carry: &PipelineCarry) -> Self {
+        let mut p = OutputPipeline::new(carry.nonce.clone(), None, carry.injected);
+        p.parser.resume(&carry.parser);
+        p.tracker = carry.tracker.clone();
+        p
     }
 
     /// Answers OSC 10/11/12 colour queries with `colors` (default: [`ReportColors::default`]).
@@ -111,6 +133,22 @@ impl OutputPipeline {
         }
         out
     }
+}
+
+/// What an [`OutputPipeline`] carries across a live upgrade: the shell-integration nonce and
+/// mode, the parser's held-back bytes and the command tracker (docs/upgrade.md).
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PipelineCarry {
+    /// The terminal's shell-integration nonce.
+    pub nonce: String,
+    /// Whether ahpty's own integration scripts run (only signed marks are believed).
+    pub injected: bool,
+    /// The parser's held-back bytes.
+    pub parser: ParserCarry,
+    /// Command state (running command, cwd, detection).
+    #[serde(default)]
+    pub tracker: CommandTracker,
 }
 
 /// Bytes of output text in a batch of events (marks count 0).

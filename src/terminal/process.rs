@@ -14,16 +14,19 @@ use std::ffi::OsString;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc as std_mpsc;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::Pid;
 use parking_lot::Mutex;
-use portable_pty::{native_pty_system, CommandBuilder, MasterPty, PtySize};
+use portable_pty::{native_pty_system, CommandBuilder, PtySize};
+
+use super::pty_master::PtyMaster;
 
 /// What to run and how.
 #[derive(Debug, Clone)]
@@ -60,10 +63,33 @@ pub enum InputError {
 /// A running (or exited, not yet disposed) pty process.
 pub struct PtyProcess {
     pid: i32,
-    master: Mutex<Box<dyn MasterPty + Send>>,
+    master: PtyMaster,
     input: Mutex<Option<std_mpsc::Sender<Vec<u8>>>>,
     pending_input: Arc<AtomicUsize>,
     io: Arc<PtyIo>,
+    /// The writer thread; it returns the input it could not write once suspended.
+    writer: Mutex<Option<JoinHandle<Vec<u8>>>>,
+    /// The exit code once the waiter reaped the process (`Some(None)`: unknown).
+    exit: ExitSlot,
+}
+
+/// Where a terminal's waiter records the exit code of the process it reaped: `None` while
+/// it runs, `Some(code)` once reaped (`Some(None)` if the status could not be read).
+pub type ExitSlot = Arc<Mutex<Option<Option<i64>>>>;
+
+/// Held for reading while a waiter reaps a child and records its status; taken for writing,
+/// for good, by a live upgrade just before `execve`, so that no status is reaped and then
+/// lost with the old image (the new image's waiters reap it instead).
+static REAP_GUARD: RwLock<()> = RwLock::new(());
+
+/// Stops every waiter from reaping from now on (see [`REAP_GUARD`]); waits for a reap in
+/// progress to be recorded. For a live upgrade only: nothing is reaped again in this image.
+pub fn freeze_reaping() {
+    let guard = match REAP_GUARD.write() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    };
+    std::mem::forget(guard);
 }
 
 /// The reader and writer threads' handle on the pty master: a non-blocking duplicate of it
@@ -71,6 +97,9 @@ pub struct PtyProcess {
 struct PtyIo {
     fd: OwnedFd,
     stop: OwnedFd,
+    /// The stop is a suspension for a live upgrade, not a kill: the reader hands over what
+    /// its pipeline holds back, the writer what it did not write.
+    suspending: AtomicBool,
 }
 
 impl PtyIo {
@@ -96,6 +125,7 @@ impl PtyIo {
             Ok(PtyIo {
                 fd,
                 stop: OwnedFd::from_raw_fd(stop),
+                suspending: AtomicBool::new(false),
             })
         }
     }
@@ -176,9 +206,34 @@ impl PtyIo {
 }
 
 /// Reads pty output; returns end of file once stopped.
-struct Reader(Arc<PtyIo>);
+pub struct PtyReader(Arc<PtyIo>);
 
-impl Read for Reader {
+impl PtyReader {
+    /// Whether the stop that ended reading (a read of 0 bytes) is a suspension for a live
+    /// upgrade rather than the terminal being killed.
+    pub fn is_suspending(&self) -> bool {
+        self.0.suspending.load(Ordering::Acquire)
+    }
+
+    /// Blocks until the terminal is stopped (killed or suspended), after the pty's end of
+    /// file, so that a suspension still finds this reader.
+    pub fn wait_stopped(&self) {
+        let mut fds = [libc::pollfd {
+            fd: self.0.stop.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        loop {
+            // SAFETY: `fds` is a valid array of one pollfd for the duration of the call.
+            let n = unsafe { libc::poll(fds.as_mut_ptr(), 1, -1) };
+            if n > 0 || io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+                return;
+            }
+        }
+    }
+}
+
+impl Read for PtyReader {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         // SAFETY: reads at most buf.len() bytes into buf.
         let read = |fd| unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
@@ -210,9 +265,6 @@ impl std::fmt::Debug for PtyProcess {
             .finish()
     }
 }
-
-/// The read side of the pty master: raw output bytes of everything running on the pty.
-pub type PtyReader = Box<dyn Read + Send>;
 
 impl PtyProcess {
     /// Opens a pty of the requested size and spawns the program on it.
@@ -268,32 +320,89 @@ impl PtyProcess {
             .master
             .as_raw_fd()
             .ok_or_else(|| io::Error::other("the pty has no file descriptor"))?;
+        let master = PtyMaster::dup_from(master_fd)
+            .map_err(|e| io::Error::new(e.kind(), format!("cannot use the pty: {e}")))?;
+        drop(pair.master);
+        Self::with_master(pid, master, Vec::new(), None)
+    }
+
+    /// A process this daemon already runs on the pty `master`, handed over by a live
+    /// upgrade: `input` is the input its writer had not written yet, `exit` its exit code if
+    /// it was already reaped. Starts the writer thread; the caller starts the reader and, for
+    /// a process not yet reaped, the waiter.
+    pub fn adopt(
+        pid: i32,
+        master: PtyMaster,
+        input: Vec<u8>,
+        exit: Option<Option<i64>>,
+    ) -> io::Result<(PtyProcess, PtyReader)> {
+        Self::with_master(pid, master, input, exit)
+    }
+
+    fn with_master(
+        pid: i32,
+        master: PtyMaster,
+        input: Vec<u8>,
+        exit: Option<Option<i64>>,
+    ) -> io::Result<(PtyProcess, PtyReader)> {
         let io = Arc::new(
-            PtyIo::new(master_fd)
+            PtyIo::new(master.as_raw_fd())
                 .map_err(|e| io::Error::new(e.kind(), format!("cannot use the pty: {e}")))?,
         );
-        let reader: PtyReader = Box::new(Reader(io.clone()));
-        let writer = Box::new(Writer(io.clone()));
+        let reader = PtyReader(io.clone());
+        let writer = Writer(io.clone());
         let (tx, rx) = std_mpsc::channel::<Vec<u8>>();
-        let pending_input = Arc::new(AtomicUsize::new(0));
+        let pending_input = Arc::new(AtomicUsize::new(input.len()));
+        if !input.is_empty() {
+            // The receiver is alive: it is moved into the writer thread below.
+            let _ = tx.send(input);
+        }
         let pending = pending_input.clone();
-        std::thread::Builder::new()
+        let writer = std::thread::Builder::new()
             .name(format!("pty-writer-{pid}"))
             .spawn(move || writer_loop(writer, rx, pending))?;
         Ok((
             PtyProcess {
                 pid,
-                master: Mutex::new(pair.master),
+                master,
                 input: Mutex::new(Some(tx)),
                 pending_input,
                 io,
+                writer: Mutex::new(Some(writer)),
+                exit: Arc::new(Mutex::new(exit)),
             },
             reader,
         ))
     }
 }
 
+impl PtyProcess {
+    /// The slot the waiter records the exit code in (see [`wait_exit`]).
+    pub fn exit_slot(&self) -> ExitSlot {
+        self.exit.clone()
+    }
+}
+
 impl super::Pty for PtyProcess {
+    /// The exit code if the process was reaped (`Some(None)`: status unknown).
+    fn exit_status(&self) -> Option<Option<i64>> {
+        *self.exit.lock()
+    }
+
+    /// Suspends the terminal for a live upgrade: stops the writer and the reader (which then
+    /// hands over its pipeline's state, see [`PtyReader::is_suspending`]) and returns a
+    /// duplicate of the pty master (close-on-exec) and the input not yet written, in order.
+    /// The process keeps running; its output waits in the pty. Blocking (joins the writer).
+    fn suspend(&self) -> io::Result<(OwnedFd, Vec<u8>)> {
+        let fd = self.master.try_clone()?;
+        self.io.suspending.store(true, Ordering::Release);
+        self.input.lock().take();
+        self.io.stop();
+        let writer = self.writer.lock().take();
+        let left = writer.and_then(|w| w.join().ok()).unwrap_or_default();
+        Ok((fd, left))
+    }
+
     /// Process id of the program, which is also its session id and process group id.
     fn pid(&self) -> i32 {
         self.pid
@@ -322,15 +431,7 @@ impl super::Pty for PtyProcess {
 
     /// Sets the pty window size; the foreground process group receives SIGWINCH.
     fn resize(&self, cols: u16, rows: u16) -> io::Result<()> {
-        self.master
-            .lock()
-            .resize(PtySize {
-                rows,
-                cols,
-                pixel_width: 0,
-                pixel_height: 0,
-            })
-            .map_err(|e| io::Error::other(e.to_string()))
+        self.master.resize(cols, rows)
     }
 
     /// Kills every process of the terminal's session: SIGHUP (and SIGCONT, so stopped jobs
@@ -534,19 +635,46 @@ fn login_shell() -> Option<OsString> {
     }
 }
 
+/// Writes queued input to the pty in order. Returns, once suspended for a live upgrade, the
+/// bytes it did not write (the rest of the chunk in progress, then every queued one);
+/// otherwise nothing.
 fn writer_loop(
-    mut writer: Box<dyn Write + Send>,
+    mut writer: Writer,
     rx: std_mpsc::Receiver<Vec<u8>>,
     pending: Arc<AtomicUsize>,
-) {
+) -> Vec<u8> {
     while let Ok(bytes) = rx.recv() {
-        let result = writer.write_all(&bytes).and_then(|_| writer.flush());
+        let mut written = 0;
+        let mut failed = None;
+        while written < bytes.len() {
+            match writer.write(&bytes[written..]) {
+                Ok(0) => {
+                    failed = Some(io::Error::from(io::ErrorKind::WriteZero));
+                    break;
+                }
+                Ok(n) => written += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
         pending.fetch_sub(bytes.len(), Ordering::AcqRel);
-        if let Err(e) = result {
-            tracing::debug!(error = %e, "pty writer stopped");
-            return;
+        if let Some(e) = failed {
+            if !writer.0.suspending.load(Ordering::Acquire) {
+                tracing::debug!(error = %e, "pty writer stopped");
+                return Vec::new();
+            }
+            let mut left = bytes[written..].to_vec();
+            while let Ok(more) = rx.try_recv() {
+                pending.fetch_sub(more.len(), Ordering::AcqRel);
+                left.extend_from_slice(&more);
+            }
+            return left;
         }
     }
+    Vec::new()
 }
 
 /// This process's open-file limit (`RLIMIT_NOFILE`): `(soft, hard)`.
@@ -569,9 +697,42 @@ pub fn open_descriptors() -> u64 {
         .map_or(0, |n| n as u64)
 }
 
-/// Blocks until the process `pid` (a child of this daemon) exits; returns its exit code,
-/// `128 + signal` for a signal death (decision D5). `None` if it cannot be waited for.
-pub fn wait_exit(pid: i32) -> Option<i64> {
+/// Blocks until the process `pid` (a child of this daemon) exits, reaps it and records its
+/// exit code in `slot`; returns the code, `128 + signal` for a signal death (decision D5).
+/// `None` if it cannot be waited for. Waits without reaping (`WNOWAIT`) first and reaps only
+/// under [`REAP_GUARD`], so a live upgrade never loses a status between reaping and recording.
+pub fn wait_exit(pid: i32, slot: &ExitSlot) -> Option<i64> {
+    loop {
+        // SAFETY: waitid writes one siginfo_t.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        let rc = unsafe {
+            libc::waitid(
+                libc::P_PID,
+                pid as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOWAIT,
+            )
+        };
+        if rc == 0 {
+            break;
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            tracing::warn!(pid, error = %e, "waitid failed");
+            return None;
+        }
+    }
+    let _guard = match REAP_GUARD.read() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    };
+    let code = reap(pid);
+    *slot.lock() = Some(code);
+    code
+}
+
+/// Reaps the exited child `pid`: its exit code (see [`wait_exit`]).
+fn reap(pid: i32) -> Option<i64> {
     loop {
         match waitpid(Pid::from_raw(pid), None) {
             Ok(WaitStatus::Exited(_, code)) => return Some(i64::from(code)),
@@ -634,5 +795,66 @@ pub fn kill_session(sid: i32, grace: Duration) {
         }
         signal_all(&left, Signal::SIGKILL);
         std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::terminal::Pty;
+
+    #[test]
+    fn a_suspended_writer_hands_back_exactly_what_it_did_not_write() {
+        let (process, _reader) = PtyProcess::spawn(SpawnRequest {
+            program: "/bin/sh".into(),
+            args: vec!["-c".into(), "stty raw -echo; exec sleep 30".into()],
+            cwd: "/".into(),
+            cols: 80,
+            rows: 24,
+            env: Vec::new(),
+            env_remove: Vec::new(),
+        })
+        .unwrap();
+        // In raw mode (no line editing, nothing dropped) and never read: the pty's input
+        // queue fills and the writer blocks.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let mut t: libc::termios = unsafe { std::mem::zeroed() };
+            assert_eq!(
+                unsafe { libc::tcgetattr(process.master.as_raw_fd(), &mut t) },
+                0
+            );
+            if t.c_lflag & libc::ICANON == 0 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "stty raw never took effect");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let input: Vec<u8> = (0..256 * 1024u32)
+            .map(|i| b'a' + (i % 23) as u8 + if i % 97 == 0 { 1 } else { 0 })
+            .collect();
+        for chunk in input.chunks(10_000) {
+            process.write(chunk.to_vec()).unwrap();
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut last = usize::MAX;
+        loop {
+            std::thread::sleep(Duration::from_millis(50));
+            let now = process.pending_input.load(Ordering::Acquire);
+            if now == last || Instant::now() > deadline {
+                break;
+            }
+            last = now;
+        }
+        let (fd, left) = process.suspend().unwrap();
+        drop(fd);
+        assert!(
+            !left.is_empty() && left.len() < input.len(),
+            "{} left",
+            left.len()
+        );
+        assert_eq!(&input[input.len() - left.len()..], &left[..]);
+        let _ = kill(Pid::from_raw(process.pid()), Signal::SIGKILL);
+        let _ = waitpid(Pid::from_raw(process.pid()), None);
     }
 }

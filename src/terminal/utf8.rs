@@ -94,6 +94,12 @@ impl Utf8Decoder {
         }
     }
 
+    /// The bytes of the incomplete code point held back (at most 3), for a live upgrade's
+    /// hand-over: feeding them to a fresh decoder restores this one.
+    pub fn pending(&self) -> &[u8] {
+        &self.partial[..self.len]
+    }
+
     /// Like [`Utf8Decoder::finish`], appending the U+FFFD (if any) to `out`.
     pub fn finish_into(&mut self, out: &mut String) {
         if let Some(c) = self.finish() {

@@ -38,6 +38,7 @@ mod service;
 mod shell_integration_scripts;
 mod terminal_lifecycle;
 mod terminal_model;
+mod upgrade;
 mod utf8_output;
 mod vscode;
 mod websocat_recipes;

@@ -33,8 +33,8 @@ pub use query::{Query, Reply};
 /// Largest width or height the model is given (larger terminals are modelled at this size).
 pub const MAX_MODEL_DIMENSION: u16 = 1024;
 
-/// A model at rest. See the module docs.
-#[derive(Debug, Clone)]
+/// A model at rest. See the module docs. Serializable: carried across a live upgrade.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Frozen {
     /// avt's dump: fed to a fresh avt of the same size it restores this state exactly.
     raw: String,

@@ -14,7 +14,8 @@ use std::fmt::Write;
 const MAX_TITLE_BYTES: usize = 4096;
 
 /// The tracked modes, with xterm's power-on defaults.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct Modes {
     /// DECCKM (`?1`): application cursor keys.
     pub app_cursor: bool,

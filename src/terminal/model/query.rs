@@ -59,7 +59,7 @@ pub enum Query {
 }
 
 /// How a query is answered (see [`answer`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Reply {
     /// These bytes, written to the pty in turn.
     Bytes(Vec<u8>),

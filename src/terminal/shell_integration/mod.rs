@@ -15,7 +15,7 @@ pub(crate) mod parser;
 pub(crate) mod scripts;
 pub(crate) mod tracker;
 
-pub use parser::{sanitize_title, Mark, OutputParser, Parsed, MAX_TITLE_CHARS};
+pub use parser::{sanitize_title, Mark, OutputParser, Parsed, ParserCarry, MAX_TITLE_CHARS};
 pub use scripts::{
     new_nonce, prepare, prepare_with_env, remove_script_dir, shell_kind, Injection, ShellKind,
     NONCE_ENV,

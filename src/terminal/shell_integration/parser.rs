@@ -25,7 +25,11 @@
 
 use std::mem;
 
-use crate::terminal::escape::{Framer, Perform};
+use crate::terminal::escape::{Framer, FramerCarry, Perform};
+
+/// What an [`OutputParser`] holds back between two reads (its framer's state); carried across a
+/// live upgrade (docs/upgrade.md).
+pub type ParserCarry = FramerCarry;
 use crate::terminal::model::{query, ModeTracker, Query};
 
 /// Longest title reported by [`Mark::Title`], in chars (Unicode scalar values), after control
@@ -126,6 +130,26 @@ impl OutputParser {
         if let Some(text) = self.framer.take_text() {
             marks.out.push(Parsed::Text(text));
         }
+    }
+
+    /// What this parser holds back (see [`ParserCarry`]); the parser itself is left as is.
+    /// Called between two [`feed`](Self::feed)s.
+    pub fn suspend(&self) -> ParserCarry {
+        self.framer.suspend()
+    }
+
+    /// Restores the state [`suspend`](Self::suspend) described into this parser, which must be
+    /// fresh. Emits nothing: the carried bytes were held back, not yet emitted.
+    pub fn resume(&mut self, carry: &ParserCarry) {
+        let mut out = Vec::new();
+        let mut marks = Marks {
+            nonce: &self.nonce,
+            require_nonce: self.require_nonce,
+            modes: &mut self.modes,
+            out: &mut out,
+        };
+        self.framer.resume(carry, &mut marks);
+        debug_assert!(out.is_empty());
     }
 
     /// Ends the stream (EOF): releases anything held. An unfinished non-integration sequence is

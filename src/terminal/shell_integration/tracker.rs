@@ -21,14 +21,17 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct Running {
     command_id: String,
     started_ms: i64,
 }
 
-/// Per-terminal command state. Feed it every [`Mark`] in stream order.
-#[derive(Debug, Clone, Default)]
+/// Per-terminal command state. Feed it every [`Mark`] in stream order. Serializable: it is
+/// carried across a live upgrade (docs/upgrade.md).
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", default)]
 pub struct CommandTracker {
     detection_available: bool,
     /// Command line from the last trusted `E` mark since the previous `C`.

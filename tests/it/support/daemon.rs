@@ -110,9 +110,18 @@ pub struct DaemonBuilder {
     ulimit: Option<String>,
     wrapper: Vec<String>,
     home: Option<Home>,
+    /// The binary to run instead of the tested one (e.g. a link a test renames over).
+    exe: Option<PathBuf>,
 }
 
 impl DaemonBuilder {
+    /// Runs the binary at `exe` instead of the tested one (e.g. a link that a live-upgrade
+    /// test replaces).
+    pub fn exe(mut self, exe: &Path) -> Self {
+        self.exe = Some(exe.to_path_buf());
+        self
+    }
+
     /// One more argument after `serve` (and the defaults).
     pub fn arg(mut self, arg: impl AsRef<str>) -> Self {
         self.args.push(arg.as_ref().to_string());
@@ -209,7 +218,11 @@ impl DaemonBuilder {
     /// builder owns the daemon's `$HOME`: keep it while the process runs.
     pub fn command(&mut self) -> Command {
         let home = self.home_path();
-        let mut argv: Vec<String> = vec![env!("CARGO_BIN_EXE_ahpty").into(), "serve".into()];
+        let exe = match &self.exe {
+            Some(p) => p.display().to_string(),
+            None => env!("CARGO_BIN_EXE_ahpty").into(),
+        };
+        let mut argv: Vec<String> = vec![exe, "serve".into()];
         if self.defaults {
             argv.extend(
                 [
@@ -318,6 +331,7 @@ impl Daemon {
             ulimit: None,
             wrapper: Vec::new(),
             home: None,
+            exe: None,
         }
     }
 

@@ -667,3 +667,70 @@ fn random_bytes_never_panic_and_splits_agree() {
         }
     }
 }
+
+fn run_parts(p: &mut OutputParser, parts: &[&[u8]]) -> Vec<Parsed> {
+    let mut out = Vec::new();
+    for part in parts {
+        p.feed(part, &mut out);
+    }
+    p.finish(&mut out);
+    out
+}
+
+#[test]
+fn suspend_and_resume_at_any_byte_equals_the_unsplit_stream() {
+    let mut oversize_osc = b"a\x1b]2;".to_vec();
+    oversize_osc.extend(std::iter::repeat_n(b'x', MAX_SEQUENCE_BYTES + 10));
+    oversize_osc.extend_from_slice(b"\x07b\xc3\xa9");
+    let mut oversize_integration = b"a\x1b]633;E;".to_vec();
+    oversize_integration.extend(std::iter::repeat_n(b'y', MAX_SEQUENCE_BYTES + 10));
+    oversize_integration.extend_from_slice(b"\x1b\\b");
+    let small: [&[u8]; 5] = [
+        "héllo wörld ✓ 😀\r\n".as_bytes(),
+        b"x\x1b[1;31mred\x1b[0m\x1b]0;title\x07y",
+        b"\x1b]633;E;ls -l;n0nce\x1b\\\x1b]633;C;n0nce\x07out\x1b]633;D;0;n0nce\x07",
+        b"\x1bP1$qm\x1b\\z\x1b_apc\x1b\\\xe2\x82",
+        b"\x1b]7;file://h/tmp\x1b\\\x1b]1337;CurrentDir=/x\x07end\xff",
+    ];
+    let check = |input: &[u8], at: usize| {
+        let whole = normalize(run_parts(
+            &mut OutputParser::signed("n0nce".into()),
+            &[input],
+        ));
+        let mut first = OutputParser::signed("n0nce".into());
+        let mut out = Vec::new();
+        first.feed(&input[..at], &mut out);
+        let carry = first.suspend();
+        let carry: ParserCarry =
+            serde_json::from_str(&serde_json::to_string(&carry).unwrap()).unwrap();
+        let mut second = OutputParser::signed("n0nce".into());
+        second.resume(&carry);
+        out.extend(run_parts(&mut second, &[&input[at..]]));
+        assert_eq!(
+            normalize(out),
+            whole,
+            "split at {at} of {:?}",
+            String::from_utf8_lossy(&input[..input.len().min(60)])
+        );
+    };
+    for input in small {
+        for at in 0..=input.len() {
+            check(input, at);
+        }
+    }
+    for input in [&oversize_osc, &oversize_integration] {
+        for at in [
+            3,
+            8,
+            9,
+            100,
+            MAX_SEQUENCE_BYTES + 5,
+            MAX_SEQUENCE_BYTES + 9,
+            MAX_SEQUENCE_BYTES + 12,
+            input.len() - 2,
+            input.len() - 1,
+        ] {
+            check(input, at);
+        }
+    }
+}

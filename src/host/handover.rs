@@ -1,0 +1,406 @@
+//! The host's side of a live upgrade: quiesce the store, describe it as data
+//! ([`HostImage`]) plus the pty masters, and rebuild it from that in the new image.
+//!
+//! [`Host::begin_upgrade`] stops new terminals and closes every connection with
+//! [`CLOSE_RESTART`]; [`Host::suspend`] stops every terminal's reader and writer (the
+//! programs keep running, their output waits in the ptys), lets every pump apply what was
+//! read, freezes reaping and returns the image. [`Host::resume`] rebuilds the store from an
+//! image and restarts each terminal's threads and pump. Nothing is read from a pty between the
+//! two, so clients that `reconnect` get a replay with no gap and no duplicate.
+//! docs/upgrade.md describes the format; this module knows nothing of `execve`.
+
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ahp_types::state::{RootState, TerminalState};
+
+use super::flow::Subscribers;
+use super::history::{History, HistoryImage};
+use super::pump::{self, PumpState};
+use super::screen::{self, Screen, ScreenImage};
+use super::{persist, Host, TerminalEntry};
+use crate::config::Config;
+use crate::terminal::{self, Adopted, PtyMaster, ReaderCarry};
+
+/// WebSocket close code sent to every client when the daemon restarts for a live upgrade
+/// (RFC 6455 §7.4.1 "Service Restart"): reconnect, with `reconnect` and the last `serverSeq`.
+pub const CLOSE_RESTART: u16 = 1012;
+
+/// How long creations in flight may take to finish before an upgrade gives up.
+const SETTLE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long the terminals' pumps get to apply what their readers read before suspending.
+const PARK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The host's state as data (part of the hand-over, docs/upgrade.md).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HostImage {
+    /// The daemon instance's id (`AHPTY_HOST_ID` in every terminal).
+    pub instance_id: String,
+    /// The last `serverSeq` handed out.
+    pub server_seq: u64,
+    /// The id the next terminal gets.
+    pub next_terminal: u64,
+    /// The root state (AHP `RootState`).
+    pub root: RootState,
+    /// The root channel's retained envelopes.
+    pub root_history: HistoryImage,
+    /// Client ids that may resume by replay: `[clientId, millisecondsAgo, wire]`, oldest first.
+    pub seen_clients: Vec<(String, u64, u8)>,
+    /// Every terminal.
+    pub terminals: Vec<TerminalImage>,
+}
+
+/// One terminal of a [`HostImage`].
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TerminalImage {
+    /// The terminal's channel URI.
+    pub uri: String,
+    /// Its id in this daemon (distinguishes it from a later terminal at the same URI).
+    pub id: u64,
+    /// The AHP `TerminalState` (content as retained).
+    pub state: TerminalState,
+    /// The client holding the claim.
+    pub holder: String,
+    /// A client renamed it (titles from escape sequences no longer apply).
+    pub renamed_by_client: bool,
+    /// Bytes of content retained.
+    pub content_bytes: usize,
+    /// Its retained envelopes.
+    pub history: HistoryImage,
+    /// Milliseconds since its holder's last connection went away (`None`: connected).
+    #[serde(default)]
+    pub orphaned_for_ms: Option<u64>,
+    /// Creation time, Unix milliseconds.
+    pub created_ms: i64,
+    /// The program's pid (`None`: a terminal restored from its transcript, with no process).
+    #[serde(default)]
+    pub pid: Option<i32>,
+    /// Index of its pty master in the hand-over's descriptor list.
+    #[serde(default)]
+    pub pty: Option<usize>,
+    /// The old image had reaped the process (its code is `exit_code`).
+    #[serde(default)]
+    pub reaped: bool,
+    #[serde(default)]
+    pub exit_code: Option<i64>,
+    /// Input accepted but not yet written to the pty.
+    #[serde(default)]
+    pub input: Vec<u8>,
+    /// The reader's pipeline state.
+    pub reader: ReaderCarry,
+    /// The pump's state.
+    pub pump: PumpState,
+    /// The terminal model's bookkeeping (`None`: a fresh model at the retained content).
+    #[serde(default)]
+    pub screen: Option<ScreenImage>,
+    /// Its transcript in the state directory: `(key, bytes since the last checkpoint)`.
+    #[serde(default)]
+    pub transcript: Option<(String, usize)>,
+}
+
+impl Host {
+    /// First step of a live upgrade: refuses new terminals (-32603 "ahpty is upgrading"),
+    /// waits (at most 5 s) for creations in flight, then closes every connection with
+    /// [`CLOSE_RESTART`]. Errors: creations did not finish in time (nothing was closed and the
+    /// host serves on as before).
+    pub async fn begin_upgrade(&self) -> Result<(), String> {
+        self.lock().upgrading = true;
+        let deadline = Instant::now() + SETTLE_TIMEOUT;
+        while !self.lock().spawning.is_empty() {
+            if Instant::now() >= deadline {
+                self.lock().upgrading = false;
+                return Err("terminals being created did not finish within 5 s".into());
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let inner = self.lock();
+        for c in inner.connections.values() {
+            c.outbox.close(CLOSE_RESTART, "service restart");
+        }
+        Ok(())
+    }
+
+    /// Connections still registered (they go once their socket has closed).
+    pub fn connection_count(&self) -> usize {
+        self.lock().connections.len()
+    }
+
+    /// Second step: suspends every terminal (its process keeps running, its output waits in
+    /// the pty), waits until each pump has applied what its reader read, stops all reaping in
+    /// this image for good and returns the state with the pty masters (close-on-exec;
+    /// `TerminalImage::pty` indexes them). Every connection left is forgotten. After this the
+    /// host serves nothing: the caller executes the new image (or this one again).
+    ///
+    /// Never fails as a whole: a terminal whose pty cannot be duplicated is left out (and
+    /// logged); one whose pump does not stop within 5 s is handed over without its reader's
+    /// held-back bytes (logged too).
+    pub async fn suspend(self: &Arc<Self>) -> (HostImage, Vec<OwnedFd>) {
+        let processes: Vec<_> = {
+            let mut inner = self.lock();
+            let conns: Vec<_> = inner.connections.keys().copied().collect();
+            for conn in conns {
+                inner.drop_connection(conn);
+            }
+            inner
+                .terminals
+                .values()
+                .filter_map(|t| Some((t.serial, t.process.clone()?, t.subscribers.wake.clone())))
+                .collect()
+        };
+        let mut io_state = HashMap::new();
+        for (id, process, wake) in processes {
+            let pid = process.pid();
+            match tokio::task::spawn_blocking(move || process.suspend()).await {
+                Ok(Ok(suspended)) => {
+                    io_state.insert(id, suspended);
+                }
+                Ok(Err(e)) => tracing::error!(pid, error = %e, "cannot hand a terminal over"),
+                Err(e) => tracing::error!(pid, error = %e, "cannot hand a terminal over"),
+            }
+            // A pump waiting for a congested subscriber re-checks its (now open) gate.
+            wake.notify_one();
+        }
+        let deadline = Instant::now() + PARK_TIMEOUT;
+        loop {
+            let waiting = {
+                let inner = self.lock();
+                inner
+                    .terminals
+                    .values()
+                    .filter(|t| {
+                        io_state.contains_key(&t.serial) && !inner.parked.contains_key(&t.serial)
+                    })
+                    .count()
+            };
+            if waiting == 0 {
+                break;
+            }
+            if Instant::now() >= deadline {
+                tracing::warn!(
+                    "{waiting} terminal(s) did not stop within 5 s: handed over without the \
+                     bytes their readers held back"
+                );
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let _ = tokio::task::spawn_blocking(terminal::process::freeze_reaping).await;
+        // Everything recorded so far reaches the transcripts (the new image appends to them).
+        let store = self.lock().store.clone();
+        if let Some(store) = store {
+            let flushed =
+                tokio::task::spawn_blocking(move || store.flush(Duration::from_secs(2))).await;
+            if !matches!(flushed, Ok(true)) {
+                tracing::warn!("the transcripts were not flushed within 2 s");
+            }
+        }
+        let mut inner = self.lock();
+        let mut fds = Vec::new();
+        let mut terminals = Vec::new();
+        let now = tokio::time::Instant::now();
+        let entries: Vec<(String, u64)> = inner
+            .terminals
+            .iter()
+            .map(|(uri, t)| (uri.clone(), t.serial))
+            .collect();
+        for (uri, id) in entries {
+            let (pty, input) = match io_state.remove(&id) {
+                Some((fd, input)) => {
+                    fds.push(fd);
+                    (Some(fds.len() - 1), input)
+                }
+                None => (None, Vec::new()),
+            };
+            let parked = inner.parked.remove(&id).unwrap_or(pump::Parked {
+                reader: ReaderCarry::default(),
+                state: PumpState::default(),
+            });
+            let Some(t) = inner.terminals.get(&uri) else {
+                continue;
+            };
+            let (pid, exit) = match (&t.process, pty) {
+                (Some(p), Some(_)) => (Some(p.pid()), p.exit_status()),
+                // Restored (no process), or its pty could not be handed over.
+                (Some(_), None) => continue,
+                (None, _) => (None, None),
+            };
+            terminals.push(TerminalImage {
+                uri,
+                id,
+                state: t.state.clone(),
+                holder: t.holder.clone(),
+                renamed_by_client: t.renamed_by_client,
+                content_bytes: t.content_bytes,
+                history: t.history.image(),
+                orphaned_for_ms: t
+                    .orphaned_since
+                    .map(|at| now.duration_since(at).as_millis() as u64),
+                created_ms: t.created_ms,
+                pid,
+                pty,
+                reaped: exit.is_some(),
+                exit_code: exit.flatten(),
+                input,
+                reader: parked.reader,
+                pump: parked.state,
+                screen: Some(t.screen.image()),
+                transcript: t.transcript.as_ref().map(|tr| tr.image()),
+            });
+        }
+        let image = HostImage {
+            instance_id: self.instance_id.clone(),
+            server_seq: inner.server_seq,
+            next_terminal: inner.next_serial,
+            root: inner.root.clone(),
+            root_history: inner.root_history.image(),
+            seen_clients: inner.seen_clients.image(),
+            terminals,
+        };
+        (image, fds)
+    }
+
+    /// Rebuilds a host from `image` (see [`Host::suspend`]) with `config`, taking the pty
+    /// masters from `fds` (by index), and restarts every terminal: its reader from the carried
+    /// pipeline state, its writer with the input not yet written, its waiter unless the process
+    /// was already reaped, and its pump. Must run inside the tokio runtime.
+    ///
+    /// Errors: a descriptor is missing or not a pty master, or a thread cannot be started;
+    /// terminals restarted before the error keep running.
+    pub fn resume(
+        config: &Config,
+        image: HostImage,
+        fds: &mut [Option<OwnedFd>],
+        store: Option<crate::store::Opened>,
+    ) -> io::Result<Arc<Host>> {
+        // The hand-over, not the transcripts, says which terminals exist: it has them all, live.
+        let store = store.map(|mut o| {
+            o.restored.clear();
+            o
+        });
+        let mut host = Host::with_store(config, store);
+        match Arc::get_mut(&mut host) {
+            Some(h) => h.instance_id = image.instance_id,
+            None => return Err(io::Error::other("the new host is already shared")),
+        }
+        let mut pumps = Vec::new();
+        {
+            let mut inner = host.lock();
+            inner.server_seq = image.server_seq;
+            inner.next_serial = image.next_terminal;
+            inner.root = image.root;
+            inner.root_history = History::from_image(image.root_history);
+            for (id, age, wire) in &image.seen_clients {
+                inner.seen_clients.restore(id, *age, *wire);
+            }
+            let now = tokio::time::Instant::now();
+            for t in image.terminals {
+                let transcript = t
+                    .transcript
+                    .as_ref()
+                    .and_then(|(key, since)| persist::Transcript::from_image(key, *since));
+                let (Some(pid), Some(pty)) = (t.pid, t.pty) else {
+                    // Restored from a transcript: no process, no pump.
+                    let screen = match t.screen {
+                        Some(image) => Screen::from_image(image),
+                        None => Screen::new(80, 24),
+                    };
+                    inner.terminals.insert(
+                        t.uri.clone(),
+                        TerminalEntry {
+                            serial: t.id,
+                            state: t.state,
+                            subscribers: Subscribers::new(Arc::new(tokio::sync::Notify::new())),
+                            process: None,
+                            holder: t.holder,
+                            renamed_by_client: t.renamed_by_client,
+                            content_bytes: t.content_bytes,
+                            history: History::from_image(t.history),
+                            orphaned_since: t
+                                .orphaned_for_ms
+                                .and_then(|ms| now.checked_sub(Duration::from_millis(ms))),
+                            created_ms: t.created_ms,
+                            info_json: None,
+                            screen,
+                            transcript,
+                        },
+                    );
+                    continue;
+                };
+                let fd = fds.get_mut(pty).and_then(Option::take).ok_or_else(|| {
+                    io::Error::other(format!("terminal {}: no pty descriptor #{pty}", t.uri))
+                })?;
+                let master = PtyMaster::adopt(fd).map_err(|e| {
+                    io::Error::new(e.kind(), format!("terminal {}: pty: {e}", t.uri))
+                })?;
+                let (process, events) = terminal::adopt(Adopted {
+                    pid,
+                    master,
+                    input: t.input,
+                    exit: t.reaped.then_some(t.exit_code),
+                    carry: t.reader,
+                })?;
+                let mut state = t.pump;
+                if t.reaped && !state.exited {
+                    state.exited = true;
+                    state.exit_code = t.exit_code;
+                }
+                let wake = Arc::new(tokio::sync::Notify::new());
+                let screen = match t.screen {
+                    Some(image) => Screen::from_image(image),
+                    None => {
+                        let size =
+                            |v: Option<i64>, d| v.and_then(|v| u16::try_from(v).ok()).unwrap_or(d);
+                        let mut s = Screen::new(size(t.state.cols, 80), size(t.state.rows, 24));
+                        let bytes = t.content_bytes;
+                        s.appended(bytes, bytes);
+                        s
+                    }
+                };
+                let model_wake = screen.wake();
+                inner.terminals.insert(
+                    t.uri.clone(),
+                    TerminalEntry {
+                        serial: t.id,
+                        state: t.state,
+                        subscribers: Subscribers::new(wake.clone()),
+                        process: Some(process),
+                        holder: t.holder,
+                        renamed_by_client: t.renamed_by_client,
+                        content_bytes: t.content_bytes,
+                        history: History::from_image(t.history),
+                        orphaned_since: t
+                            .orphaned_for_ms
+                            .and_then(|ms| now.checked_sub(Duration::from_millis(ms))),
+                        created_ms: t.created_ms,
+                        info_json: None,
+                        screen,
+                        transcript,
+                    },
+                );
+                pumps.push((t.uri, t.id, events, wake, state, model_wake));
+            }
+            inner.refresh_orphans();
+        }
+        for (uri, id, events, wake, state, model_wake) in pumps {
+            tokio::spawn(screen::run(host.clone(), uri.clone(), id, model_wake));
+            tokio::spawn(pump::resume(host.clone(), uri, id, events, wake, state));
+        }
+        Ok(host)
+    }
+
+    /// Number of terminals.
+    pub fn terminal_count(&self) -> usize {
+        self.lock().terminals.len()
+    }
+
+    /// Called by a pump that stopped for a live upgrade (see [`Host::suspend`]).
+    pub(super) fn park(&self, id: u64, parked: pump::Parked) {
+        self.lock().parked.insert(id, parked);
+    }
+}

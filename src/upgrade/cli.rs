@@ -1,0 +1,140 @@
+//! `ahpty upgrade`: asks the local daemon for a live upgrade (SIGUSR2) and reports the
+//! outcome it writes to its status file (see [`super::status_path`]).
+
+use std::io;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use super::{read_status, status_path, Stage, Status};
+
+/// How often the status file is read while waiting.
+const POLL: Duration = Duration::from_millis(20);
+
+/// Exit status of `ahpty upgrade`: 0 upgraded, 1 failed (the old version serves), 2 no
+/// answer in time.
+pub fn run(pid: Option<u32>, socket: &Path, timeout: Duration, out: &mut dyn io::Write) -> u8 {
+    let pid = match pid {
+        Some(p) => p,
+        None => match socket_peer_pid(socket) {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!(
+                    "ahpty: cannot find the daemon at unix:{}: {e} (is it running? give --pid \
+                     PID or --socket PATH)",
+                    socket.display()
+                );
+                return 1;
+            }
+        },
+    };
+    let before = read_status(pid).map_or(0, |s| s.attempt);
+    if let Err(e) = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGUSR2,
+    ) {
+        eprintln!("ahpty: cannot signal pid {pid}: {e}");
+        return 1;
+    }
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = read_status(pid).filter(|s| s.attempt > before) {
+            let _ = writeln!(out, "{}", describe(&status));
+            return if status.ok { 0 } else { 1 };
+        }
+        if Instant::now() >= deadline {
+            eprintln!(
+                "ahpty: no upgrade outcome from pid {pid} within {} s (see its log; the \
+                 outcome is written to {})",
+                timeout.as_secs(),
+                status_path(pid).display()
+            );
+            return 2;
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
+/// The one line `ahpty upgrade` prints for an outcome.
+pub fn describe(s: &Status) -> String {
+    if s.ok {
+        format!(
+            "upgraded ahpty {} → {} in {:.1} ms (pid {}, {} terminal{} kept)",
+            s.from,
+            s.to,
+            s.switch_ms.unwrap_or(0.0),
+            s.pid,
+            s.terminals,
+            if s.terminals == 1 { "" } else { "s" }
+        )
+    } else {
+        let back = match s.stage {
+            Stage::Preflight | Stage::Quiesce => "still serving",
+            _ => "went back to",
+        };
+        format!(
+            "upgrade failed ({}): {}; {back} {}",
+            s.stage,
+            s.reason.as_deref().unwrap_or("no reason given"),
+            s.from
+        )
+    }
+}
+
+/// The pid of the process listening on the Unix socket `path` (`SO_PEERCRED`).
+fn socket_peer_pid(path: &Path) -> io::Result<u32> {
+    use std::os::fd::AsRawFd;
+    let stream = UnixStream::connect(path)?;
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `cred`.
+    let rc = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    u32::try_from(cred.pid).map_err(|_| io::Error::other("no peer pid"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcome_lines() {
+        let mut s = Status {
+            attempt: 1,
+            ok: true,
+            stage: Stage::Done,
+            reason: None,
+            from: "0.1.0".into(),
+            to: "0.2.0".into(),
+            pid: 42,
+            switch_ms: Some(31.25),
+            total_ms: Some(40.0),
+            terminals: 3,
+        };
+        assert_eq!(
+            describe(&s),
+            "upgraded ahpty 0.1.0 → 0.2.0 in 31.2 ms (pid 42, 3 terminals kept)"
+        );
+        s.ok = false;
+        s.stage = Stage::Preflight;
+        s.reason = Some("/x upgrade-check exited with status 3".into());
+        assert_eq!(
+            describe(&s),
+            "upgrade failed (pre-flight): /x upgrade-check exited with status 3; still serving 0.1.0"
+        );
+    }
+}
