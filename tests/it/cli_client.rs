@@ -297,11 +297,13 @@ spec!(
             "{plain:?}"
         );
         // The output follows its command line directly: bash (≥ 5.1) writes `ESC[?2004l CR`
-        // after the line it read, and a CR at the start of a line makes no blank line.
+        // after the line it read, and a CR at the start of a line makes no blank line. The last
+        // copy of the command line is bash's own: the tty may have echoed it once before, when
+        // it was typed ahead of the prompt.
         let lines: Vec<&str> = plain.stdout.lines().collect();
         let typed = lines
             .iter()
-            .position(|l| l.ends_with("%s\\n' done"))
+            .rposition(|l| l.ends_with("%s\\n' done"))
             .unwrap_or_else(|| panic!("no command line in {plain:?}"));
         assert_eq!(
             lines.get(typed + 1),
