@@ -15,7 +15,6 @@ use tokio::net::TcpListener;
 
 use super::connection::Context;
 use super::unix::UnixSocket;
-use super::upgrade::UpgradePolicy;
 use super::{tls, Listener, Server};
 use crate::config::{Config, Token};
 use crate::host::Host;
@@ -125,27 +124,19 @@ impl Server {
                     let std = std::net::TcpListener::from(fd);
                     std.set_nonblocking(true)?;
                     let listener = TcpListener::from_std(std)?;
-                    let policy = UpgradePolicy::new(
-                        &config.allow_origins,
-                        addr.ip().is_loopback(),
-                        token.clone(),
-                    );
-                    listeners.push(Listener::Tcp {
+                    listeners.push(Listener::tcp(
                         listener,
                         addr,
-                        tls: tls.clone(),
-                        policy: Arc::new(policy),
-                    });
+                        tls.clone(),
+                        config,
+                        token.clone(),
+                    ));
                 }
                 ListenerImage::Unix { fd, path, dev, ino } => {
                     let fd = take(fd)?;
                     check_listening(&fd)?;
                     let socket = UnixSocket::adopt(fd, path, (dev, ino))?;
-                    let policy = UpgradePolicy::new(&config.allow_origins, true, None);
-                    listeners.push(Listener::Unix {
-                        socket,
-                        policy: Arc::new(policy),
-                    });
+                    listeners.push(Listener::unix(socket, config));
                 }
             }
         }

@@ -91,6 +91,36 @@ enum Listener {
     },
 }
 
+impl Listener {
+    /// A TCP listener at `addr`: the Host check on when the address is loopback, and `token`
+    /// required when there is one.
+    fn tcp(
+        listener: TcpListener,
+        addr: SocketAddr,
+        tls: Option<TlsAcceptor>,
+        config: &Config,
+        token: Option<Token>,
+    ) -> Listener {
+        let policy = UpgradePolicy::new(&config.allow_origins, addr.ip().is_loopback(), token);
+        Listener::Tcp {
+            listener,
+            addr,
+            tls,
+            policy: Arc::new(policy),
+        }
+    }
+
+    /// The Unix socket. Its peers are the daemon's own user: no token. The Host check stays
+    /// on because a `ssh -L PORT:SOCKET` forward makes the socket a local TCP port.
+    fn unix(socket: UnixSocket, config: &Config) -> Listener {
+        let policy = UpgradePolicy::new(&config.allow_origins, true, None);
+        Listener::Unix {
+            socket,
+            policy: Arc::new(policy),
+        }
+    }
+}
+
 enum Accepted {
     Tcp(TcpStream, SocketAddr),
     Unix(UnixStream, Option<u32>),
@@ -218,17 +248,13 @@ impl Server {
                     })?;
                     let addr = listener.local_addr()?;
                     pending::defer_accept(&listener);
-                    let policy = UpgradePolicy::new(
-                        &config.allow_origins,
-                        addr.ip().is_loopback(),
-                        token.clone(),
-                    );
-                    listeners.push(Listener::Tcp {
+                    listeners.push(Listener::tcp(
                         listener,
                         addr,
-                        tls: tls.clone(),
-                        policy: Arc::new(policy),
-                    });
+                        tls.clone(),
+                        config,
+                        token.clone(),
+                    ));
                 }
                 Listen::Unix(path) => {
                     let socket = UnixSocket::bind(path).map_err(|e| {
@@ -237,13 +263,7 @@ impl Server {
                             format!("cannot listen on unix:{}: {e}", path.display()),
                         )
                     })?;
-                    // Unix peers are the daemon's own user: no token. The Host check stays on
-                    // because a `ssh -L PORT:SOCKET` forward makes the socket a local TCP port.
-                    let policy = UpgradePolicy::new(&config.allow_origins, true, None);
-                    listeners.push(Listener::Unix {
-                        socket,
-                        policy: Arc::new(policy),
-                    });
+                    listeners.push(Listener::unix(socket, config));
                 }
             }
         }
