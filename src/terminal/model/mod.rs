@@ -21,6 +21,7 @@
 
 pub mod modes;
 pub mod query;
+mod skip;
 
 use std::fmt::Write;
 
@@ -79,6 +80,9 @@ pub struct Model {
     vte: vte::Parser,
     cols: u16,
     rows: u16,
+    /// The repaint scan's per-row bookkeeping, kept between feeds (see [`skip::next_repaint`]).
+    painted: Vec<(u64, usize)>,
+    generation: u64,
 }
 
 fn clamp_size(cols: u16, rows: u16) -> (u16, u16) {
@@ -105,6 +109,8 @@ impl Model {
             vte: vte::Parser::new(),
             cols: frozen.cols,
             rows: frozen.rows,
+            painted: Vec::new(),
+            generation: 0,
         }
     }
 
@@ -161,31 +167,44 @@ impl Model {
     }
 
     /// Feeds client-visible text that starts on a sequence boundary (as every position the
-    /// host models from does).
-    ///
-    /// Skip-ahead: when the text ends in a run of "simple" output — printable text, CR, LF,
-    /// BS, HT, plain SGR (`CSI … m`) and EL (`CSI … K`) — and the scroll region is the full
-    /// screen, everything in that run before its last CR LF that is still followed by twice
-    /// the screen height of line feeds cannot show on the screen any more: the first `rows`
-    /// line feeds bring the cursor to the bottom from anywhere, the next `rows` scroll every
-    /// row in fresh. Of that part only the SGRs (the pen) are applied. This keeps a flood of
-    /// plain lines cheap, and the state is exactly what a full feed gives.
+    /// host models from does), skipping what later output in it overwrites in full
+    /// ([`skip`]): a flood of plain lines or of full-screen redraws costs a scan of the bytes
+    /// and the emulation of the last screenful, and the state is exactly what a full feed
+    /// gives.
     pub fn feed(&mut self, text: &str) {
-        let bytes = text.as_bytes();
-        let start = simple_suffix_start(bytes);
-        self.feed_exact(&text[..start]);
+        let start = skip::simple_suffix_start(text.as_bytes());
+        self.feed_repainting(&text[..start]);
+        let simple = &text[start..];
         if self.tracker.modes.margins.is_none() {
-            if let Some(cut) = skip_cut(&bytes[start..], 2 * usize::from(self.rows)) {
-                let skipped = &text[start..start + cut];
-                let mut pen = String::new();
-                for_each_sgr(skipped, |sgr| pen.push_str(sgr));
-                pen.push('\r');
-                self.feed_exact(&pen);
-                self.feed_exact(&text[start + cut..]);
+            if let Some(cut) = skip::skip_cut(simple.as_bytes(), 2 * usize::from(self.rows)) {
+                self.feed_exact(&skip::net_pen(&simple[..cut]));
+                self.feed_exact(&simple[cut..]);
                 return;
             }
         }
-        self.feed_exact(&text[start..]);
+        self.feed_exact(simple);
+    }
+
+    /// Feeds text, skipping the part of each repaint run that the run paints over (see
+    /// [`skip::next_repaint`]) where the modes let a CUP and printing behave as it assumes.
+    fn feed_repainting(&mut self, text: &str) {
+        let (cols, rows) = (usize::from(self.cols), usize::from(self.rows));
+        let mut painted = std::mem::take(&mut self.painted);
+        let mut at = 0;
+        while let Some((start, cut)) =
+            skip::next_repaint(text, at, cols, rows, &mut painted, &mut self.generation)
+        {
+            self.feed_exact(&text[at..start]);
+            let m = &self.tracker.modes;
+            if m.origin || m.insert || !m.autowrap {
+                self.feed_exact(&text[start..cut]);
+            } else {
+                self.feed_exact(&skip::net_pen(&text[start..cut]));
+            }
+            at = cut;
+        }
+        self.painted = painted;
+        self.feed_exact(&text[at..]);
     }
 
     /// Feeds text without skipping.
@@ -220,104 +239,6 @@ impl Model {
 /// A character clients attach to the previous cell instead of giving it one.
 fn is_zero_width(c: char) -> bool {
     c >= '\u{300}' && c.width() == Some(0)
-}
-
-/// Where the longest run of simple output (see [`Model::feed`]) at the end of `b` starts: a
-/// sequence boundary.
-fn simple_suffix_start(b: &[u8]) -> usize {
-    let mut i = b.len();
-    while i > 0 {
-        let c = b[i - 1];
-        if c == b'm' || c == b'K' {
-            let mut j = i - 1;
-            while j > 0
-                && (b[j - 1].is_ascii_digit() || (c == b'm' && matches!(b[j - 1], b';' | b':')))
-            {
-                j -= 1;
-            }
-            if j >= 2 && b[j - 1] == b'[' && b[j - 2] == 0x1b {
-                i = j - 2;
-                continue;
-            }
-            i -= 1;
-            continue;
-        }
-        let simple = c >= 0x20 && c != 0x7f || matches!(c, b'\r' | b'\n' | b'\t' | 0x08);
-        if !simple {
-            // `c` may begin (ESC) or end (BEL, …) a sequence: the run starts after the whole
-            // token `c` belongs to.
-            return token_end(b, i - 1);
-        }
-        i -= 1;
-    }
-    0
-}
-
-/// The end of the token that starts at `at`: after an escape sequence that begins there (the
-/// end of `b` when it is unterminated), else just after the byte.
-fn token_end(b: &[u8], at: usize) -> usize {
-    if b[at] != 0x1b {
-        return at + 1;
-    }
-    let Some(&kind) = b.get(at + 1) else {
-        return b.len();
-    };
-    let body = at + 2;
-    match kind {
-        b'[' => b[body.min(b.len())..]
-            .iter()
-            .position(|x| (0x40..=0x7e).contains(x))
-            .map_or(b.len(), |i| body + i + 1),
-        b']' | b'P' | b'X' | b'^' | b'_' => {
-            let mut i = body;
-            while i < b.len() {
-                match b[i] {
-                    0x07 if kind == b']' => return i + 1,
-                    0x1b if b.get(i + 1) == Some(&b'\\') => return i + 2,
-                    // Another ESC ends the string (and starts a sequence of its own).
-                    0x1b => return token_end(b, i),
-                    0x18 | 0x1a => return i + 1,
-                    _ => i += 1,
-                }
-            }
-            b.len()
-        }
-        _ => b[at + 1..]
-            .iter()
-            .position(|x| (0x30..=0x7e).contains(x))
-            .map_or(b.len(), |i| at + 1 + i + 1),
-    }
-}
-
-/// In a simple run, the last point right after a CR LF that is followed by at least `need`
-/// line feeds.
-fn skip_cut(b: &[u8], need: usize) -> Option<usize> {
-    let mut lfs = 0;
-    let mut k = b.len();
-    while k >= 2 {
-        if b[k - 1] == b'\n' {
-            if lfs >= need && b[k - 2] == b'\r' {
-                return Some(k);
-            }
-            lfs += 1;
-        }
-        k -= 1;
-    }
-    None
-}
-
-/// Calls `f` with each `CSI … m` of a simple run, in order.
-fn for_each_sgr(text: &str, mut f: impl FnMut(&str)) {
-    let b = text.as_bytes();
-    let mut p = 0;
-    while let Some(e) = memchr::memchr(0x1b, &b[p..]) {
-        let s = p + e;
-        let end = token_end(b, s);
-        if b[end - 1] == b'm' {
-            f(&text[s..end]);
-        }
-        p = end;
-    }
 }
 
 /// avt's dump in the form clients implement: `?1047` (which alacritty and some others
@@ -399,12 +320,80 @@ mod tests {
             assert_eq!(screen(&skipping), screen(&full), "{prefix:?}");
             assert_eq!(skipping.vt.dump(), full.vt.dump(), "{prefix:?}");
         }
+        use skip::simple_suffix_start;
         assert!(simple_suffix_start(b"\x1b[1;5Habc") == "\x1b[1;5H".len());
         // An unterminated OSC swallows the rest.
         assert_eq!(simple_suffix_start(b"\x1b]0;abc\r\nxyz"), 12);
         assert_eq!(simple_suffix_start(b"\x1b]0;abc\x07\r\nxyz"), 8);
         assert_eq!(simple_suffix_start(b"ab\x1b[1mcd"), 0);
         assert_eq!(simple_suffix_start(b"ab\x07cd"), 3);
+    }
+
+    /// Pieces of output: what full-screen programs draw with, and what breaks a repaint run.
+    fn piece() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        prop_oneof![
+            4 => (0u16..8, 0u16..3).prop_map(|(r, c)| match c {
+                0 => format!("\x1b[{r};1H"),
+                1 => format!("\x1b[{r}H"),
+                _ => format!("\x1b[{r};{}H", r + 2),
+            }),
+            4 => "[a-z ]{0,9}",
+            2 => "[a-z]{8,14}",
+            2 => prop::sample::select(vec!["日本", "é", "│─┼", "x\u{301}", "😀", "\u{200b}"])
+                .prop_map(str::to_string),
+            2 => prop::sample::select(vec![
+                "\x1b[K", "\x1b[0K", "\x1b[2K", "\x1b[1K", "\x1b[31m", "\x1b[0;44m", "\x1b[m",
+                "\x1b[1;4m", "\x1b[38;5;200m", "\x1b[7m",
+            ])
+            .prop_map(str::to_string),
+            1 => prop::sample::select(vec![
+                "\r\n", "\n", "\r", "\x08", "\t", "\x1b[2;4r", "\x1b[r", "\x1b[?6h", "\x1b[?6l",
+                "\x1b[4h", "\x1b[4l", "\x1b[?7l", "\x1b[?7h", "\x1b[?1049h", "\x1b[?1049l",
+                "\x1b7", "\x1b8", "\x1b[S", "\x1b[L", "\x1b[2P", "\x1b[3@", "\x1b(0", "\x1b(B",
+                "\x1b]0;t\x07", "\x1b[", "\x1b[5;",
+            ])
+            .prop_map(str::to_string),
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(400))]
+
+        /// Whatever the output, skipping ahead gives the state a full feed gives, in one feed
+        /// or split anywhere into several.
+        #[test]
+        fn skipping_ahead_is_exact(
+            before in proptest::collection::vec(piece(), 0..40),
+            frames in proptest::collection::vec(piece(), 0..200),
+            repeat in 1usize..4,
+            split in 0usize..10_000,
+        ) {
+            let mut text = before.concat();
+            // Repaints of the whole screen, so runs to skip occur often.
+            for f in 0..repeat {
+                for k in 0..5 {
+                    let r = 1 + (k + f + split) % 5;
+                    let fill = "-".repeat((r * f + split) % 12);
+                    text.push_str(&format!("\x1b[{r};1H\x1b[3{f}mr{r}f{f}{fill}\x1b[K"));
+                }
+                text.push_str(&frames.concat());
+            }
+            let mut skipping = model(12, 5);
+            let mut split_at = split % (text.len() + 1);
+            while !text.is_char_boundary(split_at) {
+                split_at -= 1;
+            }
+            skipping.feed(&text[..split_at]);
+            skipping.feed(&text[split_at..]);
+            let mut whole = model(12, 5);
+            whole.feed(&text);
+            let mut full = model(12, 5);
+            full.feed_exact(&text);
+            proptest::prop_assert_eq!(whole.vt.dump(), full.vt.dump());
+            proptest::prop_assert_eq!(skipping.vt.dump(), full.vt.dump());
+            proptest::prop_assert_eq!(skipping.modes(), full.modes());
+        }
     }
 
     #[test]

@@ -1,0 +1,370 @@
+//! Skip-ahead: the stretches of output whose effect on the screen later output overwrites in
+//! full, so the model ([`super::Model::feed`]) need not emulate them — only their net effect on
+//! the pen. avt parses about 10–25 MB/s on escape-heavy output on a 2-core VM, slower than a
+//! pty delivers it, so emulating every byte would set the pace of every terminal.
+//!
+//! Two kinds of stretch are found, both on the terminal's own grammar (ECMA-48 sequences as
+//! xterm and avt read them):
+//! - **Scrolled-away lines.** In a run of *simple* output at the end of a feed — printable
+//!   text, CR, LF, BS, HT, SGR (`CSI … m`) and EL (`CSI … K`) — with the scroll region the full
+//!   screen, everything before the last CR LF that is still followed by twice the screen height
+//!   of line feeds cannot show any more: the first `rows` line feeds bring the cursor to the
+//!   bottom from anywhere, the next `rows` scroll every row in fresh ([`simple_suffix_start`],
+//!   [`skip_cut`]).
+//! - **Repainted screens.** A run of *row painting* — CUP (`CSI row ; col H`), SGR, EL 0/2 and
+//!   printable characters that never wrap — in which every row of the screen is painted in
+//!   full (CUP to its first column, then text, then EL, which also clears the row's wrap flag)
+//!   from some point on: what the run drew before that point is overwritten cell by cell
+//!   ([`next_repaint`]). This is how full-screen programs (curses, vim, less) redraw.
+//!
+//! Of a skipped stretch only the pen is applied ([`net_pen`]). The state afterwards is exactly
+//! what a full feed gives (the tests compare avt's dumps, byte for byte).
+//!
+//! Pure functions over bytes; touches nothing.
+
+use unicode_width::UnicodeWidthChar;
+
+/// Longest SGR recognised as a reset in [`net_pen`] (longer ones are applied as they are).
+const MAX_RESET_SGR_BYTES: usize = 32;
+
+/// Largest CUP parameter read (larger values are clamped by the terminal anyway; a longer
+/// digit string ends a repaint run).
+const MAX_PARAM_DIGITS: usize = 5;
+
+/// Where the longest run of simple output (see the module docs) at the end of `b` starts: a
+/// sequence boundary.
+pub fn simple_suffix_start(b: &[u8]) -> usize {
+    let mut i = b.len();
+    while i > 0 {
+        let c = b[i - 1];
+        if c == b'm' || c == b'K' {
+            let mut j = i - 1;
+            while j > 0
+                && (b[j - 1].is_ascii_digit() || (c == b'm' && matches!(b[j - 1], b';' | b':')))
+            {
+                j -= 1;
+            }
+            if j >= 2 && b[j - 1] == b'[' && b[j - 2] == 0x1b {
+                i = j - 2;
+                continue;
+            }
+            i -= 1;
+            continue;
+        }
+        let simple = c >= 0x20 && c != 0x7f || matches!(c, b'\r' | b'\n' | b'\t' | 0x08);
+        if !simple {
+            // `c` may begin (ESC) or end (BEL, …) a sequence: the run starts after the whole
+            // token `c` belongs to.
+            return token_end(b, i - 1);
+        }
+        i -= 1;
+    }
+    0
+}
+
+/// The end of the token that starts at `at`: after an escape sequence that begins there (the
+/// end of `b` when it is unterminated), else just after the byte.
+fn token_end(b: &[u8], at: usize) -> usize {
+    if b[at] != 0x1b {
+        return at + 1;
+    }
+    let Some(&kind) = b.get(at + 1) else {
+        return b.len();
+    };
+    let body = at + 2;
+    match kind {
+        b'[' => b[body.min(b.len())..]
+            .iter()
+            .position(|x| (0x40..=0x7e).contains(x))
+            .map_or(b.len(), |i| body + i + 1),
+        b']' | b'P' | b'X' | b'^' | b'_' => {
+            let mut i = body;
+            while i < b.len() {
+                match b[i] {
+                    0x07 if kind == b']' => return i + 1,
+                    0x1b if b.get(i + 1) == Some(&b'\\') => return i + 2,
+                    // Another ESC ends the string (and starts a sequence of its own).
+                    0x1b => return token_end(b, i),
+                    0x18 | 0x1a => return i + 1,
+                    _ => i += 1,
+                }
+            }
+            b.len()
+        }
+        _ => b[at + 1..]
+            .iter()
+            .position(|x| (0x30..=0x7e).contains(x))
+            .map_or(b.len(), |i| at + 1 + i + 1),
+    }
+}
+
+/// In a simple run, the last point right after a CR LF that is followed by at least `need`
+/// line feeds.
+pub fn skip_cut(b: &[u8], need: usize) -> Option<usize> {
+    let mut lfs = 0;
+    let mut k = b.len();
+    while k >= 2 {
+        if b[k - 1] == b'\n' {
+            if lfs >= need && b[k - 2] == b'\r' {
+                return Some(k);
+            }
+            lfs += 1;
+        }
+        k -= 1;
+    }
+    None
+}
+
+/// The SGRs (`CSI … m`) of a skipped stretch that still shape the pen after it: those from the
+/// last one that begins with a reset (`CSI m`, `CSI 0 m`, `CSI 0 ; … m`) on, concatenated, then
+/// a CR (which only moves the cursor to the first column; every caller's next byte moves the
+/// cursor itself or is a line start). SGR parameters apply left to right and 0 clears every
+/// attribute, so nothing before such a reset matters.
+pub fn net_pen(text: &str) -> String {
+    let b = text.as_bytes();
+    let mut sgrs: Vec<(usize, usize)> = Vec::new();
+    let mut p = 0;
+    while let Some(e) = memchr::memchr(0x1b, &b[p..]) {
+        let s = p + e;
+        let end = token_end(b, s);
+        if b[end - 1] == b'm' && b.get(s + 1) == Some(&b'[') {
+            if is_reset(&b[s..end]) {
+                sgrs.clear();
+            }
+            sgrs.push((s, end));
+        }
+        p = end;
+    }
+    let mut pen = String::with_capacity(sgrs.iter().map(|(s, e)| e - s).sum::<usize>() + 1);
+    for (s, e) in sgrs {
+        pen.push_str(&text[s..e]);
+    }
+    pen.push('\r');
+    pen
+}
+
+/// `sgr` (a whole `ESC [ … m`) starts by resetting every attribute.
+fn is_reset(sgr: &[u8]) -> bool {
+    if sgr.len() > MAX_RESET_SGR_BYTES {
+        return false;
+    }
+    let params = &sgr[2..sgr.len() - 1];
+    let first = params
+        .iter()
+        .position(|&c| c == b';' || c == b':')
+        .map_or(params, |i| &params[..i]);
+    first.iter().all(|&c| c == b'0') && params.get(first.len()) != Some(&b':')
+}
+
+/// A token of row painting, or the end of a run.
+enum Paint {
+    /// CUP to this 0-based row and column (clamped to the screen).
+    Cup(usize, usize),
+    Sgr,
+    /// EL 0 or EL 2 (erase to the end of the line, or all of it).
+    EraseLine,
+    /// A character of this many columns.
+    Char(usize),
+    /// Anything else, or an unterminated sequence: the run ends here.
+    End,
+}
+
+/// Reads the token at `b[i..]`: what it is and where it ends.
+fn paint_token(text: &str, i: usize, cols: usize, rows: usize) -> (Paint, usize) {
+    let b = text.as_bytes();
+    let c = b[i];
+    if (0x20..0x7f).contains(&c) {
+        return (Paint::Char(1), i + 1);
+    }
+    if c == 0x1b {
+        if b.get(i + 1) != Some(&b'[') {
+            return (Paint::End, i);
+        }
+        let body = i + 2;
+        let Some(len) = b[body.min(b.len())..]
+            .iter()
+            .position(|x| !(x.is_ascii_digit() || *x == b';' || *x == b':'))
+        else {
+            return (Paint::End, i);
+        };
+        let params = &b[body..body + len];
+        let end = body + len + 1;
+        return match b[body + len] {
+            b'm' => (Paint::Sgr, end),
+            b'K' if params.is_empty() || params == b"0" || params == b"2" => {
+                (Paint::EraseLine, end)
+            }
+            b'H' => match cup(params, cols, rows) {
+                Some((row, col)) => (Paint::Cup(row, col), end),
+                None => (Paint::End, i),
+            },
+            _ => (Paint::End, i),
+        };
+    }
+    if c < 0x80 {
+        return (Paint::End, i);
+    }
+    // A non-ASCII character: the width avt gives it, unless it is one the model composes or
+    // keeps out, or a C1 control.
+    let Some(ch) = text[i..].chars().next() else {
+        return (Paint::End, i);
+    };
+    if ('\u{80}'..='\u{9f}').contains(&ch) || super::is_zero_width(ch) {
+        return (Paint::End, i);
+    }
+    let width = if ch.width().unwrap_or(1) == 2 { 2 } else { 1 };
+    (Paint::Char(width), i + ch.len_utf8())
+}
+
+/// CUP's parameters (`row ; col`, 1-based, empty or 0 meaning 1) as a 0-based position
+/// clamped to the screen; `None` for any other shape.
+fn cup(params: &[u8], cols: usize, rows: usize) -> Option<(usize, usize)> {
+    let mut it = params.split(|&c| c == b';');
+    let row = param(it.next().unwrap_or_default())?;
+    let col = param(it.next().unwrap_or_default())?;
+    if it.next().is_some() {
+        return None;
+    }
+    Some((row.min(rows) - 1, col.min(cols) - 1))
+}
+
+fn param(p: &[u8]) -> Option<usize> {
+    if p.len() > MAX_PARAM_DIGITS || !p.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let v = p
+        .iter()
+        .fold(0usize, |v, &d| v * 10 + usize::from(d - b'0'));
+    Some(v.max(1))
+}
+
+/// The first repaint run in `text` from `from` on (on a screen of `cols` × `rows`) that has a
+/// stretch to skip: `(start, cut)`, where `start` is the run's first CUP and `cut` the CUP from
+/// which every row is painted in full before the run ends. What lies between only needs its
+/// [`net_pen`]. The caller checks that origin mode and insert mode are off and autowrap on
+/// where the run starts (the run itself changes no mode).
+///
+/// Every `ESC [` starts a control sequence whatever state a parser was in, so a run begins at
+/// a CUP wherever one appears, even after text that ended inside another sequence.
+pub fn next_repaint(
+    text: &str,
+    from: usize,
+    cols: usize,
+    rows: usize,
+    painted: &mut Vec<(u64, usize)>,
+    generation: &mut u64,
+) -> Option<(usize, usize)> {
+    let b = text.as_bytes();
+    if painted.len() < rows {
+        painted.resize(rows, (0, 0));
+    }
+    let mut i = from;
+    while let Some(e) = memchr::memchr(0x1b, &b[i..]) {
+        let start = i + e;
+        let (Paint::Cup(mut row, mut col), mut at) = paint_token(text, start, cols, rows) else {
+            i = start + 1;
+            continue;
+        };
+        // A run: the CUP to the first column the current row's painting started at (`line`),
+        // and how many distinct rows have been painted in full.
+        *generation += 1;
+        let gen = *generation;
+        let mut rows_done = 0;
+        let mut line = (col == 0).then_some(start);
+        loop {
+            if at >= b.len() {
+                break;
+            }
+            let (token, end) = paint_token(text, at, cols, rows);
+            match token {
+                Paint::Cup(r, c) => {
+                    (row, col) = (r, c);
+                    line = (col == 0).then_some(at);
+                }
+                Paint::Sgr => {}
+                Paint::EraseLine => {
+                    if let Some(l) = line {
+                        mark(painted, gen, row, l, &mut rows_done);
+                    }
+                }
+                // Never wrap: the character must fit on the row.
+                Paint::Char(w) if col + w <= cols => col += w,
+                Paint::Char(_) | Paint::End => break,
+            }
+            at = end;
+        }
+        if rows_done == rows {
+            let cut = painted[..rows]
+                .iter()
+                .map(|&(_, l)| l)
+                .min()
+                .unwrap_or(start);
+            if cut > start {
+                return Some((start, cut));
+            }
+        }
+        i = at.max(start + 1);
+    }
+    None
+}
+
+/// Row `row` was painted in full from the CUP at `line` (in run `gen`).
+fn mark(painted: &mut [(u64, usize)], gen: u64, row: usize, line: usize, done: &mut usize) {
+    if painted[row].0 != gen {
+        *done += 1;
+    }
+    painted[row] = (gen, line);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn net_pen_keeps_what_follows_the_last_reset() {
+        assert_eq!(net_pen("a\x1b[1mb\x1b[0mc\x1b[31md"), "\x1b[0m\x1b[31m\r");
+        assert_eq!(net_pen("\x1b[1m\x1b[4m"), "\x1b[1m\x1b[4m\r");
+        assert_eq!(net_pen("\x1b[1m\x1b[m\x1b[;4m"), "\x1b[;4m\r");
+        assert_eq!(net_pen("\x1b[1m\x1b[0;32mx"), "\x1b[0;32m\r");
+        // Not resets: a first parameter that is not 0, a colon sub-parameter.
+        assert_eq!(net_pen("\x1b[1m\x1b[10m"), "\x1b[1m\x1b[10m\r");
+        assert_eq!(net_pen("\x1b[1m\x1b[0:3m"), "\x1b[1m\x1b[0:3m\r");
+        // Other sequences are left out.
+        assert_eq!(net_pen("\x1b[1m\x1b[2K\x1b]0;t\x07"), "\x1b[1m\r");
+    }
+
+    fn repaint(text: &str, cols: usize, rows: usize) -> Option<(usize, usize)> {
+        next_repaint(text, 0, cols, rows, &mut Vec::new(), &mut 0)
+    }
+
+    #[test]
+    fn a_repaint_run_is_cut_where_every_row_is_painted_from() {
+        let frame = |n: usize| {
+            (1..=3)
+                .map(|r| format!("\x1b[{r};1H\x1b[3{n}mframe {n}\x1b[K"))
+                .collect::<String>()
+        };
+        let text = format!("x{}{}{}", frame(1), frame(2), frame(3));
+        let (start, cut) = repaint(&text, 20, 3).unwrap();
+        assert_eq!(start, 1);
+        assert_eq!(&text[cut..], frame(3));
+        // One row short of the screen: nothing to skip.
+        assert_eq!(repaint(&text, 20, 4), None);
+        // A row that would wrap ends the run; a row of exactly the width, then EL, is painted.
+        let wide = format!("{}\x1b[1;1H{}", frame(1), "y".repeat(9));
+        assert_eq!(repaint(&wide, 8, 3), None);
+        let row = frame(2).replace("frame 2", "12345678");
+        let full = format!("{}{row}", frame(1));
+        assert_eq!(&full[repaint(&full, 8, 3).unwrap().1..], row);
+        // Without the EL a row is not painted (its wrap flag stays what it was).
+        let no_el = format!("{}{}", frame(1), row.replace("\x1b[K", ""));
+        assert_eq!(repaint(&no_el, 8, 3), None);
+        // A line feed ends it; a later run is found.
+        let later = format!("{}\n{}{}", frame(1), frame(2), frame(3));
+        let (start, cut) = repaint(&later, 20, 3).unwrap();
+        assert_eq!(start, frame(1).len() + 1);
+        assert_eq!(&later[cut..], frame(3));
+        // A CUP not to the first column paints no row by itself.
+        assert_eq!(repaint("\x1b[1;2Hab\x1b[K\x1b[1;2Hab\x1b[K", 5, 1), None);
+    }
+}
