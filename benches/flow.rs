@@ -137,8 +137,20 @@ fn raw_pty_read(argv: &[&str]) -> (u64, u64, Duration) {
 
 /// Creates a terminal, subscribes and waits for the shell.
 async fn terminal(c: &mut Raw, tag: &str, integration: bool) -> String {
+    terminal_sized(c, tag, integration, 80, 24).await
+}
+
+/// [`terminal`] of `cols` × `rows`.
+async fn terminal_sized(c: &mut Raw, tag: &str, integration: bool, cols: u16, rows: u16) -> String {
     let t = term_uri(tag);
-    c.create_terminal(&t).await;
+    let claim = json!({"kind": "client", "clientId": c.client_id});
+    let r = c
+        .request(
+            "createTerminal",
+            json!({"channel": t, "claim": claim, "cols": cols, "rows": rows}),
+        )
+        .await;
+    assert!(r.get("result").is_some(), "createTerminal {t}: {r}");
     c.subscribe(&t).await;
     if integration {
         c.ready_for_commands(&t).await;
@@ -278,7 +290,8 @@ async fn model() {
     announce(&d, "model");
     let (mut c, _) = Raw::connect_init_with(&d.url(), Opts::lean(), "model", &[]).await;
     c.keep_tail = Some(4096);
-    let t = terminal(&mut c, "model", true).await;
+    // The size the full-screen file is drawn for (the raw pty's size does not matter to it).
+    let t = terminal_sized(&mut c, "model", true, 120, 40).await;
     for round in 0..2 {
         for (name, file) in &files {
             let path = file.to_str().unwrap();
@@ -342,7 +355,9 @@ async fn model() {
     }
     delivered.sort();
     times.sort();
-    println!("\n| snapshot of a full scrollback (subscribe, 30 times) | p50 | max | snapshot JSON |");
+    println!(
+        "\n| snapshot of a full scrollback (subscribe, 30 times) | p50 | max | snapshot JSON |"
+    );
     println!("|---|---|---|---|");
     println!(
         "| delivered: 1 MiB retained, full-screen program | **{}** | {} | {:.2} MiB |",
@@ -369,7 +384,7 @@ async fn model() {
         let d = Daemon::start_with(&small);
         let pid = d.pid();
         let (mut c, _) = Raw::connect_init_with(&d.url(), Opts::lean(), "idle-model", &[]).await;
-        let first = terminal(&mut c, "im0", true).await;
+        let first = terminal_sized(&mut c, "im0", true, 120, 40).await;
         c.type_text(
             &first,
             &format!("head -c 400000 {path}; echo im-ready-$((40+2))\r"),
@@ -381,7 +396,7 @@ async fn model() {
         let before = rss_bytes(pid);
         let mut uris = Vec::new();
         for i in 0..n {
-            let t = terminal(&mut c, &format!("im{}", i + 1), true).await;
+            let t = terminal_sized(&mut c, &format!("im{}", i + 1), true, 120, 40).await;
             if modelled {
                 c.type_text(
                     &t,

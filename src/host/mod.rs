@@ -76,6 +76,12 @@ pub struct Host {
     flow: Arc<flow::Flow>,
     /// Where terminals come from: the OS's ptys, or a stand-in in unit tests.
     ptys: Arc<dyn PtySystem>,
+    /// Terminal-model jobs running at once, daemon-wide ([`screen::MODEL_JOBS`]).
+    model_jobs: tokio::sync::Semaphore,
+    /// Signalled after each model job; the allocator-trimming task waits on it
+    /// (`screen::give_back_memory`, started once with the first model task).
+    memory_trim: Arc<tokio::sync::Notify>,
+    trimmer: std::sync::Once,
 }
 
 struct Inner {
@@ -210,6 +216,9 @@ impl Host {
             instance_id: uuid::Uuid::new_v4().to_string(),
             flow: flow.clone(),
             ptys,
+            model_jobs: tokio::sync::Semaphore::new(screen::MODEL_JOBS),
+            memory_trim: Arc::new(tokio::sync::Notify::new()),
+            trimmer: std::sync::Once::new(),
             inner: Mutex::new(Inner {
                 server_seq: base,
                 root: RootState {

@@ -24,7 +24,8 @@
 //! program gets its replies in the order it asked.
 //!
 //! Everything here runs under the host lock and is bounded (copies of at most the retained
-//! content); the emulation runs in [`run`], on the blocking pool.
+//! content); the emulation runs in [`run`], on the blocking pool, [`MODEL_JOBS`] terminals at a
+//! time.
 //!
 //! May touch: its terminal's entry under the host lock and the terminal's `Pty` (query replies).
 
@@ -50,6 +51,12 @@ fn advance_bytes(cap: usize) -> u64 {
 /// Text trimmed off the content that the model has not reached, above which the terminal's
 /// output waits for the model (bytes).
 pub const MAX_PENDING_BYTES: usize = 8 * 1024 * 1024;
+
+/// Model jobs that run at once in the daemon, each on a thread of the blocking pool: as many
+/// as there are cores on the machines ahpty is measured on. More would not finish sooner, and
+/// every thread that ran one keeps its own stack and allocator arena (tens of KiB each), which
+/// with a job per terminal showed in the idle memory per terminal.
+pub const MODEL_JOBS: usize = 2;
 
 /// Most resizes remembered between the model and the live stream (older ones are applied to
 /// the model at the first remembered one's point).
@@ -639,7 +646,13 @@ fn compute(job: Job) -> Done {
 /// The model task of the terminal at `uri` numbered `serial`: runs jobs as they come, until
 /// the terminal is gone.
 pub(super) async fn run(host: Arc<Host>, uri: String, serial: u64, wake: Arc<Notify>) {
+    host.trimmer
+        .call_once(|| drop(tokio::spawn(give_back_memory(Arc::downgrade(&host)))));
     loop {
+        // The permit first, so a job's copy of the text is made only when it can run.
+        let Ok(permit) = host.model_jobs.acquire().await else {
+            return;
+        };
         let job = {
             let mut inner = host.lock();
             let cap = inner.scrollback_bytes;
@@ -649,18 +662,53 @@ pub(super) async fn run(host: Arc<Host>, uri: String, serial: u64, wake: Arc<Not
             t.screen.job(&t.state, cap)
         };
         let Some(job) = job else {
+            drop(permit);
             wake.notified().await;
             continue;
         };
         let Ok(done) = tokio::task::spawn_blocking(move || compute(job)).await else {
             return;
         };
+        drop(permit);
+        host.memory_trim.notify_one();
         let mut inner = host.lock();
         let Some(t) = inner.terminals.get_mut(&uri).filter(|t| t.serial == serial) else {
             return;
         };
         let process = t.process.clone();
         t.screen.publish(done, process.as_deref());
+    }
+}
+
+/// How long after the last model job the allocator's free memory is given back.
+pub const MEMORY_TRIM_DELAY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The daemon's allocator-trimming task: [`MEMORY_TRIM_DELAY`] after model jobs stop (at most
+/// once per that delay while they go on), asks the C allocator to return the free memory it
+/// holds to the OS (`malloc_trim(3)`, glibc only). A burst of output leaves free but retained
+/// heap behind (the content's growth, the envelopes, a job's copy of the text, avt's grids);
+/// without this an idle terminal that once printed a screenful of full-screen output kept
+/// about a third more resident memory. Ends with the host.
+async fn give_back_memory(host: std::sync::Weak<Host>) {
+    loop {
+        let Some(trim) = host.upgrade().map(|h| h.memory_trim.clone()) else {
+            return;
+        };
+        trim.notified().await;
+        drop(trim);
+        tokio::time::sleep(MEMORY_TRIM_DELAY).await;
+        if host.strong_count() == 0 {
+            return;
+        }
+        let _ = tokio::task::spawn_blocking(|| {
+            #[cfg(all(target_os = "linux", target_env = "gnu"))]
+            // SAFETY: malloc_trim only releases free memory; it is safe to call at any time
+            // from any thread.
+            unsafe {
+                libc::malloc_trim(0);
+            }
+        })
+        .await;
     }
 }
 

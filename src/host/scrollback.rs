@@ -84,11 +84,22 @@ pub fn trim(state: &mut TerminalState, cap: usize) -> usize {
     let (parts, cut, total) = plan(state, cap);
     state.content.drain(..parts);
     match state.content.first_mut() {
-        Some(TerminalContentPart::Unclassified(u)) => drop(u.value.drain(..cut)),
-        Some(TerminalContentPart::Command(c)) => drop(c.output.drain(..cut)),
+        Some(TerminalContentPart::Unclassified(u)) => cut_head(&mut u.value, cut),
+        Some(TerminalContentPart::Command(c)) => cut_head(&mut c.output, cut),
         _ => {}
     }
     total
+}
+
+/// Removes the first `cut` bytes of `text` and gives back the memory a large append left
+/// behind: a part that took one big batch of output (up to 256 KiB) and was trimmed to a small
+/// cap would otherwise keep the batch's capacity for as long as the terminal lives. The
+/// copy this costs is of at most the retained bytes, once per trim.
+fn cut_head(text: &mut String, cut: usize) {
+    text.drain(..cut);
+    if text.capacity() > 2 * text.len() + 4096 {
+        text.shrink_to(text.len() + text.len() / 4);
+    }
 }
 
 /// A copy of `state` whose content is what [`trim`] to `cap` would keep, copying only that.

@@ -275,6 +275,19 @@ pub fn next_repaint(
             if at >= b.len() {
                 break;
             }
+            // A stretch of printable ASCII at once (the common case).
+            let ascii = b[at..]
+                .iter()
+                .position(|c| !(0x20..0x7f).contains(c))
+                .unwrap_or(b.len() - at);
+            if ascii > 0 {
+                if col + ascii > cols {
+                    break;
+                }
+                col += ascii;
+                at += ascii;
+                continue;
+            }
             let (token, end) = paint_token(text, at, cols, rows);
             match token {
                 Paint::Cup(r, c) => {
