@@ -264,6 +264,72 @@ spec!(values_below_a_minimum_are_raised_and_said_so, {
     );
 });
 
+// `--upgrade-timeout` is a duration like the others: taken from the flag, the variable and the
+// file, raised to 1 s, lowered to 60 s (each with a note), and refused when it is no duration.
+spec!(the_upgrade_timeout_is_a_duration_between_1s_and_60s, {
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path();
+    let text = stdout(&ahpty(h, &["config"], &[]));
+    let l = line(&text, "upgrade_timeout");
+    assert!(
+        l.starts_with("upgrade_timeout = \"5s\" ") && l.ends_with("# default"),
+        "{l}"
+    );
+    let text = stdout(&ahpty(h, &["config", "--upgrade-timeout", "1500ms"], &[]));
+    let l = line(&text, "upgrade_timeout");
+    assert!(
+        l.starts_with("upgrade_timeout = \"1500ms\" ") && l.ends_with("# flag --upgrade-timeout"),
+        "{l}"
+    );
+    let text = stdout(&ahpty(h, &["config"], &[("AHPTY_UPGRADE_TIMEOUT", "20s")]));
+    let l = line(&text, "upgrade_timeout");
+    assert!(
+        l.starts_with("upgrade_timeout = \"20s\" ") && l.ends_with("# env AHPTY_UPGRADE_TIMEOUT"),
+        "{l}"
+    );
+    let text = stdout(&ahpty(h, &["config", "--upgrade-timeout", "200ms"], &[]));
+    assert!(
+        line(&text, "upgrade_timeout").starts_with("upgrade_timeout = \"1s\" "),
+        "{text}"
+    );
+    assert!(
+        text.contains("# note: --upgrade-timeout 200ms: below the minimum 1s, raised to \"1s\""),
+        "{text}"
+    );
+    let file = write_config(h, "upgrade_timeout = \"5m\"\n");
+    let text = stdout(&ahpty(h, &["config"], &[]));
+    assert!(
+        line(&text, "upgrade_timeout").starts_with("upgrade_timeout = \"1m\" "),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "# note: {}:1: upgrade_timeout = \"5m\": above the maximum 60s, lowered to \"1m\"",
+            file.display()
+        )),
+        "{text}"
+    );
+    std::fs::remove_file(&file).unwrap();
+    let e = refused(h, &[], &[("AHPTY_UPGRADE_TIMEOUT", "soon")]);
+    assert!(
+        e.contains("$AHPTY_UPGRADE_TIMEOUT") && e.contains("not a duration"),
+        "{e}"
+    );
+    let out = ahpty(h, &["serve", "--upgrade-timeout", "soon"], &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("--upgrade-timeout") && stderr(&out).contains("not a duration"),
+        "{}",
+        stderr(&out)
+    );
+    // The help says what it is, with its default and limits.
+    let help = stdout(&ahpty(h, &["serve", "--help"], &[]));
+    assert!(
+        help.contains("--upgrade-timeout <DURATION>") && help.contains("(1s to 60s)"),
+        "{help}"
+    );
+});
+
 spec!(relative_and_home_paths_in_the_file, {
     let home = tempfile::tempdir().unwrap();
     let file = write_config(

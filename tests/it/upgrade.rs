@@ -69,12 +69,14 @@ impl Install {
     }
 
     fn start_with_env(&self, env: &[(&str, &str)]) -> Daemon {
-        let mut b = Daemon::builder().exe(&self.exe()).args(&[
-            "--history-bytes",
-            BIG,
-            "--scrollback-bytes",
-            BIG,
-        ]);
+        self.start_with(&[], env)
+    }
+
+    /// The daemon with `args` on top of the big buffers, and `env`.
+    fn start_with(&self, args: &[&str], env: &[(&str, &str)]) -> Daemon {
+        let mut all = vec!["--history-bytes", BIG, "--scrollback-bytes", BIG];
+        all.extend_from_slice(args);
+        let mut b = Daemon::builder().exe(&self.exe()).args(&all);
         for (k, v) in env {
             b = b.env(k, v);
         }
@@ -392,6 +394,81 @@ spec!(
             "{resp}"
         );
         assert_eq!(r.shell_pid(&t).await, pid);
+    }
+);
+
+// `--upgrade-timeout` bounds both waits on the new binary (1 s here, against the default 5 s):
+// a pre-flight that never answers is given up after it with the old version serving on, and a
+// new image that never commits is given up after it by going back to the old image, which
+// serves the same terminals again.
+spec!(
+    the_upgrade_timeout_bounds_the_pre_flight_and_the_take_over,
+    async {
+        const LIMIT: Duration = Duration::from_secs(1);
+        // Well under the default 5 s, well over the 1 s given.
+        const BOUND: Duration = Duration::from_secs(4);
+        let install = Install::new();
+        let d = install.start_with(
+            &["--upgrade-timeout", "1s"],
+            &[("AHPTY_TEST_ADOPT_FAULT", "hang")],
+        );
+        let (mut a, _) = Raw::connect_init(&d.url(), "slow-a", &[ROOT]).await;
+        let t = term_uri("slow");
+        a.create_claimed(&t, client_claim("slow-a")).await;
+        a.subscribe_at(&t).await;
+        a.ready(&t).await;
+        let pid = a.shell_pid(&t).await;
+
+        // A new binary whose pre-flight never answers.
+        install.put_script("exec sleep 30");
+        let started = Instant::now();
+        let out = upgrade(d.home()).await;
+        let took = started.elapsed();
+        assert_eq!(out.code, Some(1), "{out:?}");
+        for e in ["pre-flight", "did not answer within 1 s", "still serving"] {
+            assert!(out.stdout.contains(e), "no {e:?} in {out:?}");
+        }
+        assert!(
+            took >= LIMIT && took < BOUND,
+            "the pre-flight was given up after {took:?}"
+        );
+        assert!(a.closed.is_none(), "the client was closed");
+
+        // A new image that never commits (the test fault): the old one is executed again.
+        install.put_real();
+        let out = upgrade(d.home()).await;
+        assert_eq!(out.code, Some(1), "{out:?}\n{}", d.stderr());
+        for e in [
+            "upgrade failed (adopt)",
+            "did not take over within 1 s",
+            "went back to",
+        ] {
+            assert!(out.stdout.contains(e), "no {e:?} in {out:?}");
+        }
+        // From the quiesce to serving again: the deadline plus two executions.
+        let st = status(&d);
+        let switch = Duration::from_secs_f64(st["switchMs"].as_f64().unwrap_or(0.0) / 1000.0);
+        assert!(
+            switch >= LIMIT && switch < BOUND,
+            "went back after {switch:?}: {st}"
+        );
+        let close = a.wait_closed(Duration::from_secs(20)).await;
+        assert_eq!(close.map(|c| u16::from(c.code)), Some(1012));
+        let (mut r, resp) = Raw::reconnect(
+            &d.url(),
+            "slow-a",
+            a.last_envelope_seq() as i64,
+            &[ROOT, &t],
+        )
+        .await;
+        assert_eq!(
+            resp.pointer("/result/type"),
+            Some(&json!("replay")),
+            "{resp}"
+        );
+        assert_eq!(r.shell_pid(&t).await, pid);
+        assert_eq!(ppid(pid), d.pid() as i32);
+        eprintln!("upgrade timeout 1 s: pre-flight given up after {took:?}, back after {switch:?}");
     }
 );
 
