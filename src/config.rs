@@ -10,7 +10,8 @@
 //!
 //! This is the bottom layer: it uses nothing else of the crate.
 //!
-//! May touch: the environment and the config file it is given to read; nothing else.
+//! May touch: the environment and the config file it is given to read, and the process's
+//! open-file limit (raised once at start, [`raise_open_file_limit`]); nothing else.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -158,6 +159,46 @@ pub fn default_socket_path_from(runtime_dir: Option<std::ffi::OsString>, uid: u3
 pub fn effective_uid() -> u32 {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() }
+}
+
+/// This process's open-file limit (`RLIMIT_NOFILE`), in descriptors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpenFileLimit {
+    /// The limit in force.
+    pub soft: u64,
+    /// The most the soft limit can be raised to without privileges.
+    pub hard: u64,
+}
+
+/// Raises the soft open-file limit to the hard limit (capped at the kernel's
+/// `/proc/sys/fs/nr_open` when the hard limit is unlimited): every terminal and connection
+/// costs descriptors, and the common soft limit of 1024 is far below what the default limits
+/// need. Returns the limit in force afterwards; if raising fails, the limit as it was.
+/// Errors: the limit cannot be read.
+pub fn raise_open_file_limit() -> std::io::Result<OpenFileLimit> {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource, RLIM_INFINITY};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE)?;
+    let target = if hard == RLIM_INFINITY {
+        std::fs::read_to_string("/proc/sys/fs/nr_open")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(1 << 20)
+    } else {
+        hard
+    };
+    if soft >= target {
+        return Ok(OpenFileLimit { soft, hard });
+    }
+    match setrlimit(Resource::RLIMIT_NOFILE, target, hard) {
+        Ok(()) => {
+            tracing::debug!(from = soft, to = target, "open-file limit raised");
+            Ok(OpenFileLimit { soft: target, hard })
+        }
+        Err(e) => {
+            tracing::debug!(error = %e, "cannot raise the open-file limit");
+            Ok(OpenFileLimit { soft, hard })
+        }
+    }
 }
 
 /// Shortest accepted configured token, in bytes.
