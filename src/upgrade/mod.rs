@@ -862,6 +862,17 @@ mod tests {
     }
 
     #[test]
+    fn a_hand_over_of_an_older_version_has_no_adopt_timeout() {
+        let mut v = serde_json::to_value(sample()).unwrap();
+        assert_eq!(v["adoptTimeoutMs"], serde_json::json!(5000));
+        v.as_object_mut().unwrap().remove("adoptTimeoutMs");
+        let h: Handover = serde_json::from_value(v).unwrap();
+        assert_eq!(h.adopt_timeout_ms, None);
+        assert_eq!(seconds(DEFAULT_ADOPT_TIMEOUT), "5 s");
+        assert_eq!(seconds(Duration::from_millis(1500)), "1.5 s");
+    }
+
+    #[test]
     fn unknown_fields_are_ignored() {
         let mut v = serde_json::to_value(sample()).unwrap();
         v["futureField"] = serde_json::json!({"a": 1});
