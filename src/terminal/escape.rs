@@ -408,12 +408,18 @@ impl Framer {
                 // The text fast path: everything up to the next ESC is plain text.
                 let n = memchr::memchr(ESC, bytes).unwrap_or(bytes.len());
                 self.decoder.decode_into(&bytes[..n], &mut self.text);
-                if n < bytes.len() {
-                    self.begin_escape();
-                    n + 1
-                } else {
-                    n
+                if n == bytes.len() {
+                    return n;
                 }
+                if let Some(len) = inert_csi_len(&bytes[n..]) {
+                    // The sequence fast path: a whole CSI no performer acts on is text as it is.
+                    self.decoder.finish_into(&mut self.text);
+                    self.started += 1;
+                    self.decoder.decode_into(&bytes[n..n + len], &mut self.text);
+                    return n + len;
+                }
+                self.begin_escape();
+                n + 1
             }
             Mode::Seq {
                 kind,
@@ -722,6 +728,31 @@ impl Framer {
 /// Bytes after `ESC ]`.
 fn osc_payload(buf: &[u8]) -> &[u8] {
     buf.get(2..).unwrap_or_default()
+}
+
+/// Longest CSI taken by the sequence fast path ([`inert_csi_len`]), in bytes.
+const INERT_CSI_BYTES: usize = 64;
+
+/// The length of the CSI at the start of `b` if it is complete there, short, and of a kind no
+/// [`Perform`]er acts on: parameters only (digits, `;`, `:`; no private marker, no
+/// intermediate) and a final byte that is neither a query (`n`, `c`, `t`) nor a mode or
+/// margin change (`h`, `l`, `r`) — SGR, cursor movement, erasing, scrolling, which make up most
+/// of a full-screen program's output. The slow path would hand such a CSI to
+/// [`Perform::csi_dispatch`], which passes it through; the output is the same bytes.
+fn inert_csi_len(b: &[u8]) -> Option<usize> {
+    if b.get(1) != Some(&b'[') {
+        return None;
+    }
+    let limit = b.len().min(INERT_CSI_BYTES);
+    let params = b[2..limit]
+        .iter()
+        .position(|&c| !matches!(c, b'0'..=b'9' | b';' | b':'))?;
+    let end = 2 + params;
+    match b[end] {
+        b'n' | b'c' | b't' | b'h' | b'l' | b'r' => None,
+        0x40..=0x7e => Some(end + 1),
+        _ => None,
+    }
 }
 
 fn stream_ends_at(kind: Kind, b: u8) -> bool {
