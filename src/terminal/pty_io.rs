@@ -45,9 +45,9 @@ impl PtyIo {
     /// or the descriptor cannot be registered.
     pub(crate) fn new(master: PtyMaster) -> io::Result<Arc<PtyIo>> {
         master.set_nonblocking()?;
-        let runtime = tokio::runtime::Handle::try_current()
+        // `AsyncFd::register` would panic outside a runtime.
+        tokio::runtime::Handle::try_current()
             .map_err(|_| io::Error::other("no async runtime to serve the pty from"))?;
-        let _entered = runtime.enter();
         // SAFETY: `PtyMaster` owns its descriptor, which stays open and unchanged until the
         // `AsyncFd` (its only owner) is dropped.
         let fd = unsafe { AsyncFd::register(master) }.map_err(|e| e.into_parts().1)?;
