@@ -29,9 +29,9 @@ enum End {
     Gone,
 }
 
-/// Runs the reader of one terminal until it is stopped or its [`EventReceiver`](super::EventReceiver) is gone (see
-/// the module docs). `eof`: the pty already reported end of file (a terminal handed over by
-/// a live upgrade after its EOF).
+/// Runs the reader of one terminal until it is stopped or its
+/// [`EventReceiver`](super::EventReceiver) is gone (see the module docs). `eof`: the pty
+/// already reported end of file (a terminal handed over by a live upgrade after its EOF).
 pub(crate) async fn run(
     mut reader: PtyReader,
     mut pipeline: OutputPipeline,
