@@ -5,12 +5,13 @@
 //! in `config.toml` and the variable `AHPTY_MAX_TERMINALS`. Precedence, per setting: flag >
 //! environment > file > default ([`load`]); a list (`listen`, `allow_origin`) is replaced
 //! whole, never merged. The CLI parses flags into a [`Layer`]; everything else — reading the
-//! environment and the file, defaults, minimums, refusals — happens here. Errors are one line
-//! naming the setting and where it came from ([`ConfigError`]).
+//! environment and the file, defaults, minimums, maximums, refusals — happens here. Errors are
+//! one line naming the setting and where it came from ([`ConfigError`]).
 //!
 //! This is the bottom layer: it uses nothing else of the crate.
 //!
-//! May touch: the environment and the config file it is given to read; nothing else.
+//! May touch: the environment and the config file it is given to read, and the process's
+//! open-file limit (raised once at start, [`raise_open_file_limit`]); nothing else.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -76,6 +77,17 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
 
 /// Default time a socket gets to complete the TLS and WebSocket handshakes.
 pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Default time a live upgrade's new binary gets to answer its pre-flight, and then to take
+/// over after `execve`, before the old image serves on.
+pub const DEFAULT_UPGRADE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Shortest `upgrade_timeout` (1 s); shorter values are raised to it.
+pub const MIN_UPGRADE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Longest `upgrade_timeout` (60 s): while a new image takes over nobody is served, so
+/// longer values are lowered to it.
+pub const MAX_UPGRADE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Default silence after which a connection is sent a WebSocket ping.
 pub const DEFAULT_PING_INTERVAL: Duration = Duration::from_secs(30);
@@ -147,6 +159,46 @@ pub fn default_socket_path_from(runtime_dir: Option<std::ffi::OsString>, uid: u3
 pub fn effective_uid() -> u32 {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() }
+}
+
+/// This process's open-file limit (`RLIMIT_NOFILE`), in descriptors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpenFileLimit {
+    /// The limit in force.
+    pub soft: u64,
+    /// The most the soft limit can be raised to without privileges.
+    pub hard: u64,
+}
+
+/// Raises the soft open-file limit to the hard limit (capped at the kernel's
+/// `/proc/sys/fs/nr_open` when the hard limit is unlimited): every terminal and connection
+/// costs descriptors, and the common soft limit of 1024 is far below what the default limits
+/// need. Returns the limit in force afterwards; if raising fails, the limit as it was.
+/// Errors: the limit cannot be read.
+pub fn raise_open_file_limit() -> std::io::Result<OpenFileLimit> {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource, RLIM_INFINITY};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE)?;
+    let target = if hard == RLIM_INFINITY {
+        std::fs::read_to_string("/proc/sys/fs/nr_open")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(1 << 20)
+    } else {
+        hard
+    };
+    if soft >= target {
+        return Ok(OpenFileLimit { soft, hard });
+    }
+    match setrlimit(Resource::RLIMIT_NOFILE, target, hard) {
+        Ok(()) => {
+            tracing::debug!(from = soft, to = target, "open-file limit raised");
+            Ok(OpenFileLimit { soft: target, hard })
+        }
+        Err(e) => {
+            tracing::debug!(error = %e, "cannot raise the open-file limit");
+            Ok(OpenFileLimit { soft, hard })
+        }
+    }
 }
 
 /// Shortest accepted configured token, in bytes.
@@ -311,12 +363,15 @@ macro_rules! settings {
                                 .find_map(|l| l.$key.clone())
                                 .unwrap_or_else(|| Val { value: $default, origin: Origin::Default });
                             let limit: fn(&$ty) -> Limit<$ty> = $limit;
-                            match limit(&val.value) {
+                            let limited = limit(&val.value);
+                            let verb = if matches!(limited, Limit::Lowered(..)) { "lowered" } else { "raised" };
+                            match limited {
                                 Limit::Fine => val,
-                                Limit::Raised(to, why) => {
+                                Limit::Raised(to, why) | Limit::Lowered(to, why) => {
                                     notes.push(format!(
-                                        "{}: {why}, raised to {}",
+                                        "{}: {why}, {} to {}",
                                         val.origin.naming(stringify!($key), &val.value.to_toml()),
+                                        verb,
                                         to.to_toml()
                                     ));
                                     Val { value: to, origin: val.origin }
@@ -432,6 +487,9 @@ settings! {
     ping_interval: Duration = DEFAULT_PING_INTERVAL, limit |v| duration_at_least(*v, true);
     /// Drop a pinged peer that sends nothing back for this long (at least 100ms).
     ping_timeout: Duration = DEFAULT_PING_TIMEOUT, limit |v| duration_at_least(*v, false);
+    /// How long a live upgrade's new binary gets, once to answer its pre-flight and once to
+    /// take over after execve, before the old version serves on (1s to 60s).
+    upgrade_timeout: Duration = DEFAULT_UPGRADE_TIMEOUT, limit |v| upgrade_timeout_limit(*v);
     /// The colours the host answers a program's OSC 10/11/12 queries with: foreground,
     /// background and cursor colour, as #RRGGBB,#RRGGBB,#RRGGBB.
     report_colors: ReportColors = ReportColors::default(), limit any;
@@ -886,6 +944,8 @@ enum Limit<T> {
     Fine,
     /// Below the minimum: raised to it (logged as a warning, shown by `ahpty config`).
     Raised(T, String),
+    /// Above the maximum: lowered to it (logged and shown the same way).
+    Lowered(T, String),
     /// Makes no sense: refused (exit status 2).
     Refused(String),
 }
@@ -924,6 +984,16 @@ pub const MIN_ORPHAN_GRACE: Duration = Duration::from_secs(1);
 fn orphan_grace_limit(v: Duration) -> Limit<Duration> {
     if !v.is_zero() && v < MIN_ORPHAN_GRACE {
         Limit::Raised(MIN_ORPHAN_GRACE, "below the minimum 1s".into())
+    } else {
+        Limit::Fine
+    }
+}
+
+fn upgrade_timeout_limit(v: Duration) -> Limit<Duration> {
+    if v < MIN_UPGRADE_TIMEOUT {
+        Limit::Raised(MIN_UPGRADE_TIMEOUT, "below the minimum 1s".into())
+    } else if v > MAX_UPGRADE_TIMEOUT {
+        Limit::Lowered(MAX_UPGRADE_TIMEOUT, "above the maximum 60s".into())
     } else {
         Limit::Fine
     }
@@ -1369,6 +1439,7 @@ impl Settings {
             max_subscriptions: self.max_subscriptions.value,
             agent_env: agent_env(!self.no_agent_env.value, &self.agent_env.value),
             report_colors: self.report_colors.value,
+            upgrade_timeout: self.upgrade_timeout.value,
             persist,
         };
         Ok((config, warnings))
@@ -1618,6 +1689,9 @@ pub struct Config {
     pub agent_env: Vec<(String, String)>,
     /// The colours OSC 10/11/12 queries are answered with.
     pub report_colors: ReportColors,
+    /// How long a live upgrade's new binary gets to answer its pre-flight, and again to take
+    /// over after `execve`, before the old image serves on (1 s to 60 s).
+    pub upgrade_timeout: Duration,
     /// The transcript store; `None` keeps nothing across restarts (`no_persist`, and the
     /// default for a `Config` built in code).
     pub persist: Option<Persist>,
@@ -1669,6 +1743,7 @@ impl Default for Config {
             max_subscriptions: DEFAULT_MAX_SUBSCRIPTIONS,
             agent_env: agent_env(true, &[]),
             report_colors: ReportColors::default(),
+            upgrade_timeout: DEFAULT_UPGRADE_TIMEOUT,
             persist: None,
         }
     }

@@ -9,6 +9,8 @@
 //!
 //! Imports run one way, downwards (docs/architecture.md): server → rpc → host → terminal, with
 //! codec and config below.
+//!
+//! Declares the modules and re-exports the daemon's entry points; touches nothing.
 
 pub mod client;
 pub mod codec;

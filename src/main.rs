@@ -127,7 +127,8 @@ struct UpgradeArgs {
     /// else /tmp/ahpty-$UID/ahpty.sock].
     #[arg(long, value_name = "PATH")]
     socket: Option<PathBuf>,
-    /// How long to wait for the outcome (e.g. 15s).
+    /// How long to wait for the outcome (e.g. 15s); more than twice the daemon's
+    /// --upgrade-timeout, which bounds the new binary's pre-flight and its take-over.
     #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_flag::<Duration>)]
     timeout: Duration,
 }
@@ -218,6 +219,8 @@ struct ServeArgs {
     ping_timeout: Option<Duration>,
     #[arg(long, value_name = "FG,BG,CURSOR", help = help("report_colors"), value_parser = parse_flag::<ReportColors>)]
     report_colors: Option<ReportColors>,
+    #[arg(long, value_name = "DURATION", help = help("upgrade_timeout"), value_parser = parse_flag::<Duration>)]
+    upgrade_timeout: Option<Duration>,
 }
 
 /// A flag's parsed form as a setting: `Some` when the flag was given.
@@ -290,7 +293,8 @@ impl ServeArgs {
             handshake_timeout,
             ping_interval,
             ping_timeout,
-            report_colors
+            report_colors,
+            upgrade_timeout
         );
         if let Some(ms) = self.kill_grace_ms {
             layer.kill_grace = Some(Val {
@@ -571,16 +575,18 @@ fn serve(
     };
     let result = runtime.block_on(async {
         let shutdown = shutdown_signal();
-        let upgrader =
-            match ahpty::upgrade::Upgrader::install(inherited.as_ref().map(|i| &i.handover)) {
-                Ok(u) => u,
-                Err(e) => {
-                    if let Some(i) = &inherited {
-                        i.abandon(&format!("cannot install the SIGUSR2 handler: {e}"));
-                    }
-                    return Err(e);
+        let upgrader = match ahpty::upgrade::Upgrader::install(
+            inherited.as_ref().map(|i| &i.handover),
+            config.upgrade_timeout,
+        ) {
+            Ok(u) => u,
+            Err(e) => {
+                if let Some(i) = &inherited {
+                    i.abandon(&format!("cannot install the SIGUSR2 handler: {e}"));
                 }
-            };
+                return Err(e);
+            }
+        };
         let server = match inherited {
             Some(inherited) => {
                 // The transcripts go on in the same files (the old image's lock ended with it).

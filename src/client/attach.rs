@@ -18,6 +18,9 @@
 //!
 //! Attaching to the terminal `ahpty` itself runs in is refused (`$AHPTY_TERMINAL` and
 //! `$AHPTY_HOST_ID` name it).
+//!
+//! May touch: its one daemon connection, the local terminal (stdin, stdout, termios through
+//! [`super::tty`]), the SIGWINCH/SIGTERM/SIGHUP/SIGINT handlers it installs, stderr.
 
 use std::io::{Read, Write};
 
@@ -70,7 +73,7 @@ impl std::str::FromStr for DetachKey {
 
 /// Parses `--detach-key`: `ctrl-X` / `^X` for X in `a`–`z`, `@`, `[`, `\`, `]`, `^`, `_`
 /// (case-insensitive), or `none`.
-pub fn parse_detach_key(s: &str) -> Result<Option<u8>, String> {
+pub(crate) fn parse_detach_key(s: &str) -> Result<Option<u8>, String> {
     let t = s.trim().to_ascii_lowercase();
     if t == "none" {
         return Ok(None);
@@ -95,7 +98,7 @@ pub fn parse_detach_key(s: &str) -> Result<Option<u8>, String> {
 }
 
 /// How a key is written in messages: `Ctrl-\`.
-pub fn key_name(key: u8) -> String {
+pub(crate) fn key_name(key: u8) -> String {
     match key {
         0 => "Ctrl-@".into(),
         1..=26 => format!("Ctrl-{}", char::from(b'A' + key - 1)),
@@ -122,7 +125,7 @@ pub async fn attach(
 }
 
 /// Refuses to attach the terminal this process runs in to itself.
-pub fn refuse_self(uri: &str, host_id: &str) -> Result<(), Failure> {
+pub(crate) fn refuse_self(uri: &str, host_id: &str) -> Result<(), Failure> {
     let mine = std::env::var(TERMINAL_ENV).ok();
     let my_host = std::env::var(HOST_ID_ENV).ok();
     if mine.as_deref() == Some(uri) && my_host.as_deref() == Some(host_id) {
@@ -135,7 +138,12 @@ pub fn refuse_self(uri: &str, host_id: &str) -> Result<(), Failure> {
 
 /// Attaches `conn` (initialized with the root subscription) to `uri`, whose claim `holder`
 /// holds.
-pub async fn attach_to(mut conn: Conn, uri: &str, holder: &str, opts: &AttachOptions) -> Outcome {
+pub(crate) async fn attach_to(
+    mut conn: Conn,
+    uri: &str,
+    holder: &str,
+    opts: &AttachOptions,
+) -> Outcome {
     let mut notice = None;
     if opts.take && holder != CLIENT_ID {
         let claim = TerminalClaim::Client(TerminalClientClaim {

@@ -16,6 +16,9 @@
 //!
 //! Failures become one line each: no daemon (exit 2, with how to start one), a token refused,
 //! a host that is not ahpty, a lost connection (255).
+//!
+//! May touch: the socket it opens (TCP, TLS or Unix) and the environment (`$AHPTY_URL`,
+//! `$AHPTY_TOKEN`, read); nothing of the local terminal.
 
 use std::collections::VecDeque;
 use std::io;
@@ -78,7 +81,7 @@ impl Target {
     }
 
     /// Parses `ws://…`, `wss://…` or `unix:PATH`.
-    pub fn parse(url: &str) -> Result<Target, Failure> {
+    pub(crate) fn parse(url: &str) -> Result<Target, Failure> {
         if let Some(path) = url.strip_prefix("unix:") {
             if path.is_empty() {
                 return Err(Failure::unreachable(
@@ -97,7 +100,7 @@ impl Target {
     }
 
     /// For messages: the URL without its token, or `unix:PATH`.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             Target::Unix(p) => format!("unix:{}", p.display()),
             Target::Ws(u) => match url::Url::parse(u) {
@@ -123,15 +126,12 @@ impl Target {
 pub struct Conn {
     /// The official client.
     pub client: Client,
-    /// The `initialize` result (root snapshot included when asked for).
-    pub init: InitializeResult,
     events: ClientEventStream,
     credits: Arc<Semaphore>,
     /// Envelopes read while waiting for an answer, for [`Conn::next_event`].
     pending: VecDeque<ActionEnvelope>,
     /// Envelopes are no longer wanted (see [`Conn::discard_events`]).
     discard: bool,
-    target: Target,
 }
 
 impl Conn {
@@ -220,18 +220,11 @@ impl Conn {
         }
         Ok(Conn {
             client,
-            init,
             events,
             credits,
             pending: VecDeque::new(),
             discard: false,
-            target: target.clone(),
         })
-    }
-
-    /// The daemon, for messages.
-    pub fn describe(&self) -> String {
-        self.target.describe()
     }
 
     /// The next action envelope (any channel), `None` once the connection is gone.

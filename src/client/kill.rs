@@ -1,6 +1,8 @@
 //! `ahpty kill TERMINAL`: dispose of a terminal (`disposeTerminal`): it disappears from the
 //! list and every process of its session gets SIGHUP, then SIGKILL after the daemon's
 //! `--kill-grace`; returns once they are gone.
+//!
+//! May touch: its one daemon connection; nothing local.
 
 use super::{remote, Conn, Outcome, Target};
 

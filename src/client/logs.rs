@@ -3,6 +3,8 @@
 //! until it exits or is disposed (like `docker logs -f`). `--plain` strips escape sequences
 //! ([`super::plain`]). With `--follow`, a reader that stops reading for longer than the
 //! daemon's `--stall-timeout` is disconnected (exit 255).
+//!
+//! May touch: its one daemon connection and stdout.
 
 use ahp::ahp_types::actions::StateAction;
 use ahp::ahp_types::state::TerminalLifecycleState;

@@ -2,6 +2,8 @@
 //! its code), who holds the claim (and whether that client is connected), size, age, cwd and
 //! URI — from one `ahpty/listTerminals` request. `--json` prints an array for scripts (shape
 //! in docs/cli.md).
+//!
+//! May touch: its one daemon connection, stdout, and `$HOME` (read, to shorten cwds).
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -14,7 +16,7 @@ use crate::host::catalog::TerminalSummary;
 /// One terminal as `ls --json` prints it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Row {
+pub(crate) struct Row {
     /// The daemon's number for the terminal (what `attach 3` selects).
     pub index: u64,
     /// Channel URI.
@@ -48,7 +50,7 @@ pub struct Row {
 }
 
 /// Builds the printed row of a listed terminal; `now_ms` is the current Unix time.
-pub fn row(t: &TerminalSummary, now_ms: i64) -> Row {
+pub(crate) fn row(t: &TerminalSummary, now_ms: i64) -> Row {
     let (status, exit_code) = match &t.lifecycle {
         TerminalLifecycleState::Exited(e) => ("exited", e.exit_code),
         _ => ("running", None),
@@ -73,7 +75,7 @@ pub fn row(t: &TerminalSummary, now_ms: i64) -> Row {
 }
 
 /// A `file://` URI as a path (percent-decoded); anything else unchanged.
-pub fn cwd_path(uri: &str) -> String {
+pub(crate) fn cwd_path(uri: &str) -> String {
     url::Url::parse(uri)
         .ok()
         .filter(|u| u.scheme() == "file")
@@ -83,7 +85,7 @@ pub fn cwd_path(uri: &str) -> String {
 }
 
 /// Current Unix time in milliseconds.
-pub fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
@@ -115,7 +117,7 @@ pub async fn ls(target: &Target, token: Option<&str>, json: bool) -> Outcome {
 }
 
 /// The human table: a header, then one aligned line per row. `home` shortens cwds to `~`.
-pub fn table(rows: &[Row], home: Option<&str>) -> String {
+pub(crate) fn table(rows: &[Row], home: Option<&str>) -> String {
     let header = [
         "#", "TITLE", "STATUS", "HOLDER", "SIZE", "AGE", "CWD", "URI",
     ];
@@ -188,7 +190,7 @@ pub fn table(rows: &[Row], home: Option<&str>) -> String {
 }
 
 /// `45s`, `12m`, `3h`, `2d`.
-pub fn age(seconds: i64) -> String {
+pub(crate) fn age(seconds: i64) -> String {
     match seconds {
         s if s < 60 => format!("{s}s"),
         s if s < 3600 => format!("{}m", s / 60),

@@ -14,27 +14,34 @@
 //! | 255 | the connection was lost in the middle of `attach`, `run` or `logs --follow` |
 //! | other | `attach` and `run`: the remote program's exit status |
 //!
-//! Imports: `config` (the default socket), `host::catalog` (the listing's wire type),
-//! `terminal::MAX_DIMENSION`; nothing of the server.
+//! Imports: `config` (the default socket, environment names), `host::catalog` (the listing's
+//! wire type), `terminal::MAX_DIMENSION` and `terminal::utf8`; nothing of the server.
+//!
+//! The public surface is what `main.rs` calls: [`run_command`], [`Target`], [`one_line`] and
+//! each subcommand's entry point and options; everything below is `pub(crate)`.
+//!
+//! May touch: stderr (the failure line) and the runtime [`run_command`] starts; each module
+//! below says what else it touches.
 
 pub mod attach;
-pub mod connect;
+pub(crate) mod connect;
 pub mod kill;
 pub mod logs;
 pub mod ls;
-mod modes;
+pub(crate) mod modes;
 pub mod new;
-pub mod plain;
-mod remote;
+pub(crate) mod plain;
+pub(crate) mod remote;
 pub mod run;
-pub mod select;
+pub(crate) mod select;
 pub mod send;
-mod tty;
+pub(crate) mod tty;
 pub mod wrapper;
 
 use std::fmt;
 
-pub use connect::{Conn, Target};
+pub(crate) use connect::Conn;
+pub use connect::Target;
 
 /// Exit status: the daemon refused or could not do it, or the selection failed.
 pub const EXIT_FAILED: u8 = 1;

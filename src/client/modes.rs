@@ -8,6 +8,8 @@
 //! DECSTBM, DECSCUSR) and [`Modes::reset`] undoes exactly what is still set — nothing else,
 //! because some of these sequences have side effects (leaving an alternate screen that was
 //! never entered would move the cursor).
+//!
+//! Pure state over the output stream; touches nothing (`attach` writes the reset).
 
 use std::collections::BTreeSet;
 

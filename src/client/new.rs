@@ -9,6 +9,9 @@
 //! Its URI is `ahp-terminal:/<UUID v4>`; its cwd defaults to the current directory. Like any
 //! terminal whose holder has no connection, it is disposed after the daemon's
 //! `--orphan-grace` (default 24 h) without any `ahpty` client connected.
+//!
+//! May touch: its one daemon connection, the current directory and window size (read),
+//! stdout; with `--attach`, what [`super::attach`] touches.
 
 use std::path::PathBuf;
 

@@ -6,8 +6,10 @@
 //! CR LF (and CR CR LF) become one LF; a CR followed by more text (a progress bar redrawing
 //! its line) also starts a new line, so every state stays readable; a CR at the start of a
 //! line moves nothing (bash ≥ 5.1 writes `ESC[?2004l CR` after every command line it reads).
-//! Backspace, BEL and other controls are dropped. State carries across [`Plain::push`] calls, so chunks may be cut
-//! anywhere between characters.
+//! Backspace, BEL and other controls are dropped. State carries across [`Plain::push`] calls,
+//! so chunks may be cut anywhere between characters.
+//!
+//! Pure streaming state; touches nothing.
 
 /// A streaming escape-sequence stripper.
 pub struct Plain {
@@ -80,14 +82,14 @@ impl Plain {
     }
 }
 
-/// `text` without escape sequences, in one go (see [`Plain`]).
-pub fn strip(text: &str) -> String {
-    Plain::new().push(text)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `text` without escape sequences, in one go.
+    fn strip(text: &str) -> String {
+        Plain::new().push(text)
+    }
 
     #[test]
     fn strips_sequences_and_resolves_carriage_returns() {

@@ -2,6 +2,8 @@
 //! subscribing (its snapshot and the `serverSeq` after which live actions follow), the raw
 //! output stream its retained content stands for, input and other actions whose rejection is
 //! reported, and disposal.
+//!
+//! May touch: only the connection it is given.
 
 use ahp::ahp_types::actions::{ActionEnvelope, StateAction, TerminalInputAction};
 use ahp::ahp_types::state::{TerminalContentPart, TerminalState};

@@ -27,6 +27,9 @@
 //! The command's stdout and stderr share the terminal, so both arrive on stdout. It runs with
 //! the daemon's environment as a new shell sees it, not the caller's. With `--keep`, the kept
 //! terminal's number and URI are printed on stderr at the end.
+//!
+//! May touch: its one daemon connection, stdin (typed as input), stdout, stderr, the current
+//! directory (read) and the SIGINT/SIGTERM/SIGHUP handlers it installs.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -66,7 +69,7 @@ pub struct RunOptions {
 
 /// Finds the output between the wrapper's markers in a stream cut anywhere.
 #[derive(Debug)]
-pub struct Scanner {
+pub(crate) struct Scanner {
     ready: String,
     ready_seen: bool,
     start: String,
@@ -268,7 +271,7 @@ pub async fn run(target: &Target, token: Option<&str>, opts: &RunOptions) -> Out
 
 /// `createTerminal`, with a missing cwd explained; `given`: the cwd came from `--cwd` (else
 /// it is the current directory).
-pub async fn create(
+pub(crate) async fn create(
     conn: &mut Conn,
     params: Value,
     cwd: &std::path::Path,

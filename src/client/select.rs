@@ -9,6 +9,8 @@
 //!
 //! A rule matching two or more terminals is an ambiguity; no rule matching is a no-match. Both
 //! are one line each (exit 1) naming the candidates or how to list them.
+//!
+//! A pure function over the listing; touches nothing.
 
 use super::Failure;
 use crate::host::catalog::TerminalSummary;

@@ -3,6 +3,8 @@
 //! rejection (the terminal has exited, its input queue is full…) is the one-line error.
 //! TEXT `-` reads the text from stdin (UTF-8, any size), sent in pieces of at most 32 KiB,
 //! each accepted before the next is sent.
+//!
+//! May touch: its one daemon connection and, for `-`, stdin.
 
 use super::{remote, Conn, Failure, Outcome, Target};
 

@@ -8,6 +8,9 @@
 //! the first `enter`, so a panic anywhere restores the terminal before the message prints.
 //! Only a SIGKILL of `ahpty` itself leaves the terminal raw (`stty sane` or `reset` repairs
 //! it).
+//!
+//! May touch: stdin's termios (saved and put back), the window size of stdout or stdin
+//! (`TIOCGWINSZ`), and the process's panic hook (installed once).
 
 use std::io::{self, IsTerminal};
 use std::os::fd::AsRawFd;

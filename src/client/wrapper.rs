@@ -38,6 +38,9 @@
 //!
 //! With `--keep` the line has no `exec`, so the shell stays after the command and the
 //! terminal keeps running.
+//!
+//! May touch: the terminal it runs in (its termios, stdin, stdout), its working directory, and
+//! the command it runs; no daemon connection.
 
 use std::ffi::{OsStr, OsString};
 use std::io::Write;
@@ -58,7 +61,7 @@ const VERSION: &str = "2";
 
 /// Longest line the wrapper reads from the terminal (the base64 of an argv near Linux's
 /// largest, 32 pages × 128 KiB per argument… in practice `ARG_MAX`, 2 MiB by default).
-pub const MAX_PAYLOAD_BYTES: usize = 16 << 20;
+pub(crate) const MAX_PAYLOAD_BYTES: usize = 16 << 20;
 
 /// Time the wrapper waits for its line.
 const PAYLOAD_TIMEOUT_MS: u16 = 30_000;
@@ -67,17 +70,17 @@ const PAYLOAD_TIMEOUT_MS: u16 = 30_000;
 const OSC: &str = "6973";
 
 /// The ready marker for `nonce`: the wrapper now reads its line.
-pub fn ready_marker(nonce: &str) -> String {
+pub(crate) fn ready_marker(nonce: &str) -> String {
     format!("\x1b]{OSC};ahpty-run;ready;{nonce}\x07")
 }
 
 /// The start marker for `nonce`.
-pub fn start_marker(nonce: &str) -> String {
+pub(crate) fn start_marker(nonce: &str) -> String {
     format!("\x1b]{OSC};ahpty-run;start;{nonce}\x07")
 }
 
 /// The end marker for `nonce` up to the exit code (then the code and BEL follow).
-pub fn end_prefix(nonce: &str) -> String {
+pub(crate) fn end_prefix(nonce: &str) -> String {
     format!("\x1b]{OSC};ahpty-run;exit;{nonce};")
 }
 
@@ -99,7 +102,7 @@ fn unword(w: &OsStr) -> Option<Vec<u8>> {
 
 /// The line `ahpty run` types (without the final Enter). `keep`: no `exec`, the shell
 /// survives the command.
-pub fn typed_line(nonce: &str, keep: bool) -> String {
+pub(crate) fn typed_line(nonce: &str, keep: bool) -> String {
     let exec = if keep { "" } else { "exec " };
     format!(
         " test -n \"$FISH_VERSION\" || unset HISTFILE; {exec}\"${EXE_ENV}\" {SUBCOMMAND} {VERSION} \
@@ -109,7 +112,7 @@ pub fn typed_line(nonce: &str, keep: bool) -> String {
 
 /// The line `ahpty run` types once it sees the ready marker (without the final Enter): the
 /// nonce, `cwd` (empty = stay where the shell is) and `argv`, as words.
-pub fn payload(nonce: &str, cwd: &Path, argv: &[OsString]) -> String {
+pub(crate) fn payload(nonce: &str, cwd: &Path, argv: &[OsString]) -> String {
     let mut line =
         String::with_capacity(64 + argv.iter().map(|a| a.len() * 4 / 3 + 2).sum::<usize>());
     line.push_str(nonce);

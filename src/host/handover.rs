@@ -8,6 +8,9 @@
 //! image and restarts each terminal's threads and pump. Nothing is read from a pty between the
 //! two, so clients that `reconnect` get a replay with no gap and no duplicate.
 //! docs/upgrade.md describes the format; this module knows nothing of `execve`.
+//!
+//! May touch: the store under the host lock, every connection's outbox (the 1012 close), each
+//! terminal's `Pty` (suspended, or adopted from its descriptor) and pump; no I/O of its own.
 
 use std::collections::HashMap;
 use std::io;
@@ -23,7 +26,7 @@ use super::pump::{self, PumpState};
 use super::screen::{self, Screen, ScreenImage};
 use super::{persist, Host, TerminalEntry};
 use crate::config::Config;
-use crate::terminal::{self, Adopted, PtyMaster, ReaderCarry};
+use crate::terminal::{self, Adopted, Pty, PtyMaster, ReaderCarry};
 
 /// WebSocket close code sent to every client when the daemon restarts for a live upgrade
 /// (RFC 6455 §7.4.1 "Service Restart"): reconnect, with `reconnect` and the last `serverSeq`.
@@ -299,37 +302,18 @@ impl Host {
                 inner.seen_clients.restore(id, *age, *wire);
             }
             let now = tokio::time::Instant::now();
-            for t in image.terminals {
-                let transcript = t
-                    .transcript
-                    .as_ref()
-                    .and_then(|(key, since)| persist::Transcript::from_image(key, *since));
+            for mut t in image.terminals {
                 let (Some(pid), Some(pty)) = (t.pid, t.pty) else {
                     // Restored from a transcript: no process, no pump.
-                    let screen = match t.screen {
-                        Some(image) => Screen::from_image(image),
-                        None => Screen::new(80, 24),
-                    };
-                    inner.terminals.insert(
-                        t.uri.clone(),
-                        TerminalEntry {
-                            serial: t.id,
-                            state: t.state,
-                            subscribers: Subscribers::new(Arc::new(tokio::sync::Notify::new())),
-                            process: None,
-                            holder: t.holder,
-                            renamed_by_client: t.renamed_by_client,
-                            content_bytes: t.content_bytes,
-                            history: History::from_image(t.history),
-                            orphaned_since: t
-                                .orphaned_for_ms
-                                .and_then(|ms| now.checked_sub(Duration::from_millis(ms))),
-                            created_ms: t.created_ms,
-                            info_json: None,
-                            screen,
-                            transcript,
-                        },
-                    );
+                    let screen = t
+                        .screen
+                        .take()
+                        .map_or_else(|| Screen::new(80, 24), Screen::from_image);
+                    let wake = Arc::new(tokio::sync::Notify::new());
+                    let uri = t.uri.clone();
+                    inner
+                        .terminals
+                        .insert(uri, entry(t, None, wake, screen, now));
                     continue;
                 };
                 let fd = fds.get_mut(pty).and_then(Option::take).ok_or_else(|| {
@@ -341,17 +325,17 @@ impl Host {
                 let (process, events) = terminal::adopt(Adopted {
                     pid,
                     master,
-                    input: t.input,
+                    input: std::mem::take(&mut t.input),
                     exit: t.reaped.then_some(t.exit_code),
-                    carry: t.reader,
+                    carry: std::mem::take(&mut t.reader),
                 })?;
-                let mut state = t.pump;
+                let mut state = std::mem::take(&mut t.pump);
                 if t.reaped && !state.exited {
                     state.exited = true;
                     state.exit_code = t.exit_code;
                 }
                 let wake = Arc::new(tokio::sync::Notify::new());
-                let screen = match t.screen {
+                let screen = match t.screen.take() {
                     Some(image) => Screen::from_image(image),
                     None => {
                         let size =
@@ -363,27 +347,10 @@ impl Host {
                     }
                 };
                 let model_wake = screen.wake();
-                inner.terminals.insert(
-                    t.uri.clone(),
-                    TerminalEntry {
-                        serial: t.id,
-                        state: t.state,
-                        subscribers: Subscribers::new(wake.clone()),
-                        process: Some(process),
-                        holder: t.holder,
-                        renamed_by_client: t.renamed_by_client,
-                        content_bytes: t.content_bytes,
-                        history: History::from_image(t.history),
-                        orphaned_since: t
-                            .orphaned_for_ms
-                            .and_then(|ms| now.checked_sub(Duration::from_millis(ms))),
-                        created_ms: t.created_ms,
-                        info_json: None,
-                        screen,
-                        transcript,
-                    },
-                );
-                pumps.push((t.uri, t.id, events, wake, state, model_wake));
+                let (uri, id) = (t.uri.clone(), t.id);
+                let entry = entry(t, Some(process), wake.clone(), screen, now);
+                inner.terminals.insert(uri.clone(), entry);
+                pumps.push((uri, id, events, wake, state, model_wake));
             }
             inner.refresh_orphans();
         }
@@ -402,5 +369,38 @@ impl Host {
     /// Called by a pump that stopped for a live upgrade (see [`Host::suspend`]).
     pub(super) fn park(&self, id: u64, parked: pump::Parked) {
         self.lock().parked.insert(id, parked);
+    }
+}
+
+/// The store's entry for terminal `t` of an image, with what the new image made of the rest
+/// of it: `process` its adopted pty (`None` for a terminal restored from a transcript, which
+/// has no process), `wake` what its pump waits on, `screen` its model's bookkeeping. The
+/// orphan clock goes on from `now`, as far back as the image says.
+fn entry(
+    t: TerminalImage,
+    process: Option<Arc<dyn Pty>>,
+    wake: Arc<tokio::sync::Notify>,
+    screen: Screen,
+    now: tokio::time::Instant,
+) -> TerminalEntry {
+    TerminalEntry {
+        serial: t.id,
+        state: t.state,
+        subscribers: Subscribers::new(wake),
+        process,
+        holder: t.holder,
+        renamed_by_client: t.renamed_by_client,
+        content_bytes: t.content_bytes,
+        history: History::from_image(t.history),
+        orphaned_since: t
+            .orphaned_for_ms
+            .and_then(|ms| now.checked_sub(Duration::from_millis(ms))),
+        created_ms: t.created_ms,
+        info_json: None,
+        screen,
+        transcript: t
+            .transcript
+            .as_ref()
+            .and_then(|(key, since)| persist::Transcript::from_image(key, *since)),
     }
 }

@@ -50,6 +50,9 @@ use tokio::time::Instant;
 
 use crate::codec::{Frame, Wire};
 use crate::config::Config;
+/// File descriptors each running terminal keeps open (what the open-file limit must leave
+/// room for; the pty layer's own count).
+pub use crate::terminal::FDS_PER_TERMINAL;
 use crate::terminal::{shell_integration, NativePtys, Pty, PtySystem};
 use channel::ChannelKind;
 pub use error::{ErrorKind, HostError};

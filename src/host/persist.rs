@@ -13,6 +13,9 @@
 //! Restored terminals have no process: they come back exited with no exit code (unless they
 //! had already exited), keep their URI, claim, holder, size and content, and are disposed,
 //! reaped and listed like any exited terminal.
+//!
+//! May touch: the store's queue (never its files) and the terminal entries it is given, under
+//! the host lock.
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -4,6 +4,9 @@
 //! The listening sockets stay open across `execve`, so connection attempts made during the
 //! switch wait in the kernel's backlog and are accepted by the new image: none is refused.
 //! A [`UnixSocket`] is never dropped on this path (its `Drop` removes the socket file).
+//!
+//! May touch: the listening sockets it is given (their descriptor numbers and addresses) and
+//! the host it wraps; it accepts nothing before the server runs.
 
 use std::io;
 use std::net::SocketAddr;

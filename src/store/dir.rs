@@ -8,6 +8,8 @@
 //! STATE_DIR/terminals/KEY.log    one transcript per terminal (format.rs)
 //! STATE_DIR/corrupt/KEY.log.MS   damaged transcripts, as found (MS: Unix ms when set aside)
 //! ```
+//!
+//! May touch: the state directory and the files in it; nothing else.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Seek, Write};

@@ -16,6 +16,9 @@
 //! after a restart or a live upgrade — picks the store up from the directory alone.
 //!
 //! This is a bottom layer: it uses `config` and the AHP types, nothing else of the crate.
+//!
+//! May touch: the state directory (through `dir.rs` at start and the writer thread after);
+//! from the host's side, only its queue.
 
 mod dir;
 pub mod format;

@@ -8,6 +8,9 @@
 //!
 //! Its per-file state is a cache of the directory (open descriptor, length): nothing it knows
 //! is missing from the files themselves.
+//!
+//! May touch: the files under the state directory (transcripts, the `serverSeq` mark) and
+//! the queue the host fills; never the host lock.
 
 use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};

@@ -1,5 +1,8 @@
 //! `ahpty upgrade`: asks the local daemon for a live upgrade (SIGUSR2) and reports the
 //! outcome it writes to its status file (see [`super::status_path`]).
+//!
+//! May touch: the daemon's Unix socket (to learn its pid, `SO_PEERCRED`), a signal to that
+//! pid, its status file (read), stdout and stderr.
 
 use std::io;
 use std::os::unix::net::UnixStream;

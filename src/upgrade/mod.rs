@@ -4,7 +4,8 @@
 //! The steps (docs/upgrade.md has the whole story and the hand-over format):
 //! 1. **Pre-flight**, still serving: the binary at the install path runs `upgrade-check` with
 //!    the daemon's arguments and answers with its version and the hand-over formats it reads
-//!    ([`PREFLIGHT_TIMEOUT`]). A failure is reported and nothing else happens.
+//!    (within `--upgrade-timeout`, default 5 s). A failure is reported and nothing else
+//!    happens.
 //! 2. **Quiesce**: no accepts (connections wait in the listen backlog), no new terminals,
 //!    every client closed with 1012; every terminal suspended (the programs run on, their
 //!    output waits in the ptys) and reaping frozen ([`crate::host::handover`]).
@@ -14,10 +15,16 @@
 //!    executed again (from the saved descriptor) with the same hand-over.
 //! 4. **Adopt** in the new image, before any thread exists ([`take_inherited`]): read and
 //!    check the hand-over; on an error the old image is executed again from the descriptor it
-//!    passed ([`ROLLBACK_FD_ENV`]). Then commit (descriptors back to close-on-exec), rebuild
-//!    the host and server, serve, and report.
+//!    passed ([`ROLLBACK_FD_ENV`]), as it is when the new image crashes or does not commit
+//!    within the old one's `--upgrade-timeout` ([`Handover::adopt_timeout_ms`]). Then commit
+//!    (descriptors back to close-on-exec), rebuild the host and server, serve, and report.
 //!
 //! The outcome of every attempt is written to [`status_path`] (`ahpty upgrade` waits for it).
+//!
+//! May touch: the process itself (signal handlers and mask, descriptors' close-on-exec,
+//! `execve`), the status file, the new binary it runs for the pre-flight, and the host and
+//! server only through their hand-over APIs ([`crate::host::handover`],
+//! [`crate::server::handover`]).
 
 pub mod cli;
 mod rollback;
@@ -54,11 +61,9 @@ pub const FAILED_ENV: &str = "AHPTY_UPGRADE_FAILED";
 /// after a failure): `abort` (crash), `hang` (never commits), `error` (rejects the hand-over).
 pub const TEST_FAULT_ENV: &str = "AHPTY_TEST_ADOPT_FAULT";
 
-/// How long the new image may take to commit before the old one is executed again, seconds.
-pub const ADOPT_TIMEOUT_SECS: u32 = 5;
-
-/// How long the new binary's `upgrade-check` may take to answer.
-pub const PREFLIGHT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The adopt deadline of a hand-over that names none (one written by an older version):
+/// how long the new image may take to commit before the old one is executed again.
+const DEFAULT_ADOPT_TIMEOUT: Duration = crate::config::DEFAULT_UPGRADE_TIMEOUT;
 
 /// How long clients get to receive their close frame before the switch.
 const CLOSE_FLUSH: Duration = Duration::from_secs(2);
@@ -84,6 +89,10 @@ pub struct Handover {
     pub install_path: PathBuf,
     /// The inherited descriptors, by number; listeners and ptys name them by index.
     pub fds: Vec<RawFd>,
+    /// How long the new image may take to commit before the old one is executed again, ms
+    /// (the old image's `--upgrade-timeout`; absent from older versions' hand-overs).
+    #[serde(default)]
+    pub adopt_timeout_ms: Option<u64>,
     /// Listeners and token.
     pub server: ServerImage,
     /// Terminals, histories, serverSeq, known clients.
@@ -293,7 +302,10 @@ pub fn take_inherited() -> Option<Result<Inherited, String>> {
     match checked {
         Ok(handover) => {
             if let (None, Some(back)) = (&failed, &rollback) {
-                rollback::arm(back.as_raw_fd(), memfd.as_raw_fd(), ADOPT_TIMEOUT_SECS);
+                let deadline = handover
+                    .adopt_timeout_ms
+                    .map_or(DEFAULT_ADOPT_TIMEOUT, Duration::from_millis);
+                rollback::arm(back.as_raw_fd(), memfd.as_raw_fd(), deadline);
                 // A panic before the commit aborts, which goes back (see `rollback.rs`).
                 let default = std::panic::take_hook();
                 std::panic::set_hook(Box::new(move |info| {
@@ -425,6 +437,8 @@ pub struct Upgrader {
     args: Vec<OsString>,
     own_exe: Option<OwnedFd>,
     version: String,
+    /// `--upgrade-timeout`: the pre-flight's and the adopt deadline.
+    timeout: Duration,
 }
 
 /// An upgrade that passed its pre-flight.
@@ -444,6 +458,8 @@ struct Watcher {
     args: Vec<OsString>,
     attempt: u64,
     version: String,
+    /// How long the pre-flight may take.
+    timeout: Duration,
     requests: tokio::sync::mpsc::Sender<Request>,
 }
 
@@ -460,7 +476,7 @@ impl Watcher {
                 exe = %self.install_path.display(),
                 "SIGUSR2: upgrading in place"
             );
-            match preflight(&self.install_path, &self.args).await {
+            match preflight(&self.install_path, &self.args, self.timeout).await {
                 Ok(answer) => {
                     let (done, over) = tokio::sync::oneshot::channel();
                     let request = Request {
@@ -500,8 +516,12 @@ fn report_failure(attempt: u64, version: &str, stage: Stage, reason: String) {
 }
 
 /// `INSTALL_PATH upgrade-check -- ARGS…`: the new binary parses this daemon's arguments
-/// and names the hand-over formats it reads.
-async fn preflight(install_path: &Path, args: &[OsString]) -> Result<CheckAnswer, String> {
+/// and names the hand-over formats it reads, within `timeout`.
+async fn preflight(
+    install_path: &Path,
+    args: &[OsString],
+    timeout: Duration,
+) -> Result<CheckAnswer, String> {
     let exe = install_path.display();
     let child = tokio::process::Command::new(install_path)
         .arg("upgrade-check")
@@ -513,9 +533,14 @@ async fn preflight(install_path: &Path, args: &[OsString]) -> Result<CheckAnswer
         .kill_on_drop(true)
         .spawn()
         .map_err(|e| format!("cannot start {exe}: {e}"))?;
-    let out = tokio::time::timeout(PREFLIGHT_TIMEOUT, child.wait_with_output())
+    let out = tokio::time::timeout(timeout, child.wait_with_output())
         .await
-        .map_err(|_| format!("{exe} upgrade-check did not answer within 5 s"))?
+        .map_err(|_| {
+            format!(
+                "{exe} upgrade-check did not answer within {}",
+                seconds(timeout)
+            )
+        })?
         .map_err(|e| format!("{exe} upgrade-check: {e}"))?;
     if !out.status.success() {
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -562,8 +587,10 @@ impl CheckAnswer {
 
 impl Upgrader {
     /// Installs the SIGUSR2 handler (before the daemon announces itself: the signal's default
-    /// action would end it). `inherited` is the hand-over this image started from, if any.
-    pub fn install(inherited: Option<&Handover>) -> io::Result<Upgrader> {
+    /// action would end it). `inherited` is the hand-over this image started from, if any;
+    /// `timeout` is `--upgrade-timeout`, the time a new binary gets for its pre-flight and
+    /// again to take over.
+    pub fn install(inherited: Option<&Handover>, timeout: Duration) -> io::Result<Upgrader> {
         let signal = signal(SignalKind::user_defined2())?;
         let install_path = match inherited {
             Some(h) => h.install_path.clone(),
@@ -590,6 +617,7 @@ impl Upgrader {
                 args: args.clone(),
                 attempt: inherited.map_or(0, |h| h.attempt),
                 version: version.clone(),
+                timeout,
                 requests: tx,
             }
             .run(),
@@ -600,6 +628,7 @@ impl Upgrader {
             args,
             own_exe,
             version,
+            timeout,
         })
     }
 
@@ -691,6 +720,7 @@ impl Upgrader {
             quiesced_at_ns,
             install_path: self.install_path.clone(),
             fds,
+            adopt_timeout_ms: Some(self.timeout.as_millis() as u64),
             server: server_image,
             host: image,
         };
@@ -766,6 +796,11 @@ pub async fn requested(upgrader: &mut Option<Upgrader>) -> Request {
     }
 }
 
+/// A timeout as the failure reasons name it: `5 s`, `1.5 s`.
+pub(crate) fn seconds(d: Duration) -> String {
+    format!("{} s", d.as_millis() as f64 / 1000.0)
+}
+
 /// The daemon's executable path, without the ` (deleted)` Linux appends once the file was
 /// replaced.
 fn own_executable() -> io::Result<PathBuf> {
@@ -789,6 +824,7 @@ mod tests {
             quiesced_at_ns: 2,
             install_path: "/usr/bin/ahpty".into(),
             fds: vec![5, 6],
+            adopt_timeout_ms: Some(5000),
             server: ServerImage {
                 listeners: Vec::new(),
                 token: None,
@@ -823,6 +859,17 @@ mod tests {
         assert!(decode(&bytes[..bytes.len() - 1])
             .unwrap_err()
             .contains("truncated"));
+    }
+
+    #[test]
+    fn a_hand_over_of_an_older_version_has_no_adopt_timeout() {
+        let mut v = serde_json::to_value(sample()).unwrap();
+        assert_eq!(v["adoptTimeoutMs"], serde_json::json!(5000));
+        v.as_object_mut().unwrap().remove("adoptTimeoutMs");
+        let h: Handover = serde_json::from_value(v).unwrap();
+        assert_eq!(h.adopt_timeout_ms, None);
+        assert_eq!(seconds(DEFAULT_ADOPT_TIMEOUT), "5 s");
+        assert_eq!(seconds(Duration::from_millis(1500)), "1.5 s");
     }
 
     #[test]

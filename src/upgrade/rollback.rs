@@ -5,11 +5,15 @@
 //! the old image again from the descriptor it passed, with the untouched hand-over and the
 //! reason. The handler only calls `fexecve` and `_exit` (async-signal-safe); the argument and
 //! environment arrays it uses are built when arming. Disarmed at the commit.
+//!
+//! May touch: the process's dispositions of those signals and its real-time interval timer
+//! (`ITIMER_REAL`), both set back at the commit.
 
 use std::ffi::{CString, OsString};
 use std::os::fd::RawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicPtr, Ordering};
+use std::time::Duration;
 
 use super::{FAILED_ENV, HANDOVER_FD_ENV};
 
@@ -61,8 +65,8 @@ extern "C" fn on_fault(sig: libc::c_int) {
 }
 
 /// Arms the way back: `exe` is the old image, `memfd` the hand-over (both kept across the
-/// `fexecve`), `timeout_secs` the adopt deadline.
-pub(super) fn arm(exe: RawFd, memfd: RawFd, timeout_secs: u32) {
+/// `fexecve`), `deadline` the adopt deadline (`ITIMER_REAL`, so SIGALRM, at its end).
+pub(super) fn arm(exe: RawFd, memfd: RawFd, deadline: Duration) {
     let _ = super::sys::set_cloexec(memfd, false);
     let _ = super::sys::set_cloexec(exe, false);
     let cs = |s: &[u8]| CString::new(s.to_vec()).ok();
@@ -82,7 +86,10 @@ pub(super) fn arm(exe: RawFd, memfd: RawFd, timeout_secs: u32) {
         })
         .chain(std::iter::once((
             libc::SIGALRM,
-            format!("stage=adopt: the new image did not take over within {timeout_secs} s"),
+            format!(
+                "stage=adopt: the new image did not take over within {}",
+                super::seconds(deadline)
+            ),
         )))
         .collect();
     for (sig, reason) in &reasons {
@@ -126,15 +133,30 @@ pub(super) fn arm(exe: RawFd, memfd: RawFd, timeout_secs: u32) {
             libc::sigaction(*sig, &sa, std::ptr::null_mut());
         }
     }
-    // SAFETY: alarm has no memory effects.
-    unsafe { libc::alarm(timeout_secs) };
+    set_timer(deadline);
+}
+
+/// Sets the process's real-time interval timer to fire once after `after` (zero: cancels it).
+fn set_timer(after: Duration) {
+    let value = libc::itimerval {
+        it_interval: libc::timeval {
+            tv_sec: 0,
+            tv_usec: 0,
+        },
+        it_value: libc::timeval {
+            tv_sec: after.as_secs() as libc::time_t,
+            tv_usec: after.subsec_micros() as libc::suseconds_t,
+        },
+    };
+    // SAFETY: setitimer reads `value` and writes nothing (no old value asked for).
+    unsafe { libc::setitimer(libc::ITIMER_REAL, &value, std::ptr::null_mut()) };
 }
 
 /// The commit: no deadline, default dispositions again.
 pub(super) fn disarm() {
-    // SAFETY: alarm and signal have no memory effects; the prepared arrays stay leaked.
+    set_timer(Duration::ZERO);
+    // SAFETY: signal has no memory effects; the prepared arrays stay leaked.
     unsafe {
-        libc::alarm(0);
         for sig in FATAL.iter().chain(&[libc::SIGALRM]) {
             libc::signal(*sig, libc::SIG_DFL);
         }

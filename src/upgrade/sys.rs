@@ -1,5 +1,8 @@
 //! The system calls a live upgrade needs: an in-memory file for the hand-over, descriptor
 //! flags, the signal mask, `execve`/`fexecve` and a clock that survives `execve`.
+//!
+//! Thin wrappers over the system calls: each touches only the descriptor, mask or program it
+//! is given.
 
 use std::ffi::{CString, OsStr, OsString};
 use std::io;

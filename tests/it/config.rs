@@ -264,6 +264,95 @@ spec!(values_below_a_minimum_are_raised_and_said_so, {
     );
 });
 
+// `--upgrade-timeout` is a duration like the others: taken from the flag, the variable and the
+// file, raised to 1 s, lowered to 60 s (each with a note), and refused when it is no duration.
+spec!(the_upgrade_timeout_is_a_duration_between_1s_and_60s, {
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path();
+    // (flags, variables, the config file, the value `ahpty config` shows, the end of its line
+    // or the note it prints; FILE stands for the file's path).
+    type Case<'a> = (
+        &'a [&'a str],
+        &'a [(&'a str, &'a str)],
+        Option<&'a str>,
+        &'a str,
+        &'a str,
+    );
+    let cases: [Case; 5] = [
+        (&[], &[], None, "5s", "# default"),
+        (
+            &["--upgrade-timeout", "1500ms"],
+            &[],
+            None,
+            "1500ms",
+            "# flag --upgrade-timeout",
+        ),
+        (
+            &[],
+            &[("AHPTY_UPGRADE_TIMEOUT", "20s")],
+            None,
+            "20s",
+            "# env AHPTY_UPGRADE_TIMEOUT",
+        ),
+        (
+            &["--upgrade-timeout", "200ms"],
+            &[],
+            None,
+            "1s",
+            "# note: --upgrade-timeout 200ms: below the minimum 1s, raised to \"1s\"",
+        ),
+        (
+            &[],
+            &[],
+            Some("upgrade_timeout = \"5m\"\n"),
+            "1m",
+            "# note: FILE:1: upgrade_timeout = \"5m\": above the maximum 60s, lowered to \"1m\"",
+        ),
+    ];
+    for (flags, env, file, value, said) in cases {
+        let file = file.map(|text| write_config(h, text));
+        let text = stdout(&ahpty(h, &[&["config"], flags].concat(), env));
+        let l = line(&text, "upgrade_timeout");
+        let said = said.replace(
+            "FILE",
+            &file
+                .as_ref()
+                .map(|f| f.display().to_string())
+                .unwrap_or_default(),
+        );
+        assert!(
+            l.starts_with(&format!("upgrade_timeout = \"{value}\" "))
+                && if said.starts_with("# note: ") {
+                    text.lines().any(|n| n == said)
+                } else {
+                    l.ends_with(&said)
+                },
+            "{flags:?} {env:?}: expected {value} and {said:?} in:\n{text}"
+        );
+        if let Some(f) = file {
+            std::fs::remove_file(f).unwrap();
+        }
+    }
+    let e = refused(h, &[], &[("AHPTY_UPGRADE_TIMEOUT", "soon")]);
+    assert!(
+        e.contains("$AHPTY_UPGRADE_TIMEOUT") && e.contains("not a duration"),
+        "{e}"
+    );
+    let out = ahpty(h, &["serve", "--upgrade-timeout", "soon"], &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("--upgrade-timeout") && stderr(&out).contains("not a duration"),
+        "{}",
+        stderr(&out)
+    );
+    // The help says what it is, with its default and limits.
+    let help = stdout(&ahpty(h, &["serve", "--help"], &[]));
+    assert!(
+        help.contains("--upgrade-timeout <DURATION>") && help.contains("(1s to 60s)"),
+        "{help}"
+    );
+});
+
 spec!(relative_and_home_paths_in_the_file, {
     let home = tempfile::tempdir().unwrap();
     let file = write_config(

@@ -980,10 +980,17 @@ async fn slow_reader_run() -> Vec<usize> {
     sizes
 }
 
+/// The two coalescing tests below judge the same run (a million lines read slowly takes
+/// seconds): whichever runs first makes it, the other reuses its envelope sizes.
+async fn slow_reader_sizes() -> &'static [usize] {
+    static SIZES: tokio::sync::OnceCell<Vec<usize>> = tokio::sync::OnceCell::const_new();
+    SIZES.get_or_init(slow_reader_run).await
+}
+
 // While the pty is paused, the connection's queue holds more than the high watermark
 // (1 MiB) of output: that part must arrive merged into large envelopes (≤ 256 KiB each).
 measured!(output_queued_behind_a_stalled_socket_is_merged, async {
-    let sizes = slow_reader_run().await;
+    let sizes = slow_reader_sizes().await;
     let large: usize = sizes.iter().filter(|&&s| s >= 64 * 1024).sum();
     assert!(
         large >= 1024 * 1024,
@@ -998,7 +1005,7 @@ measured!(output_queued_behind_a_stalled_socket_is_merged, async {
 // The stronger promise: for a slow reader, envelopes average far more than one pty
 // read (typically 2.5–4 KB).
 measured!(a_slow_reader_gets_few_large_envelopes, async {
-    let sizes = slow_reader_run().await;
+    let sizes = slow_reader_sizes().await;
     let total: usize = sizes.iter().sum();
     let avg = total / sizes.len().max(1);
     assert!(

@@ -69,12 +69,14 @@ impl Install {
     }
 
     fn start_with_env(&self, env: &[(&str, &str)]) -> Daemon {
-        let mut b = Daemon::builder().exe(&self.exe()).args(&[
-            "--history-bytes",
-            BIG,
-            "--scrollback-bytes",
-            BIG,
-        ]);
+        self.start_with(&[], env)
+    }
+
+    /// The daemon with `args` on top of the big buffers, and `env`.
+    fn start_with(&self, args: &[&str], env: &[(&str, &str)]) -> Daemon {
+        let mut all = vec!["--history-bytes", BIG, "--scrollback-bytes", BIG];
+        all.extend_from_slice(args);
+        let mut b = Daemon::builder().exe(&self.exe()).args(&all);
         for (k, v) in env {
             b = b.env(k, v);
         }
@@ -104,6 +106,42 @@ fn ppid(pid: i32) -> i32 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
     let after = &stat[stat.rfind(')').unwrap() + 1..];
     after.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// A client `id` of `d` with one terminal `name` it claimed, subscribed and ready: the client,
+/// the terminal's URI and its shell's pid.
+async fn claimed_shell(d: &Daemon, id: &str, name: &str) -> (Raw, String, i32) {
+    let (mut a, _) = Raw::connect_init(&d.url(), id, &[ROOT]).await;
+    let t = term_uri(name);
+    a.create_claimed(&t, client_claim(id)).await;
+    a.subscribe_at(&t).await;
+    a.ready(&t).await;
+    let pid = a.shell_pid(&t).await;
+    (a, t, pid)
+}
+
+/// After an upgrade that went back to the old image: client `a` (id `id`) was closed with 1012
+/// and resumes by replay, and terminal `t` still runs the shell `pid`, a child of the daemon.
+async fn resumed_on_the_old_image(d: &Daemon, a: &mut Raw, id: &str, t: &str, pid: i32) {
+    let close = a.wait_closed(Duration::from_secs(20)).await;
+    assert_eq!(close.map(|c| u16::from(c.code)), Some(1012));
+    let (mut r, resp) =
+        Raw::reconnect(&d.url(), id, a.last_envelope_seq() as i64, &[ROOT, t]).await;
+    assert_eq!(
+        resp.pointer("/result/type"),
+        Some(&json!("replay")),
+        "{resp}"
+    );
+    assert_eq!(r.shell_pid(t).await, pid);
+    assert_eq!(ppid(pid), d.pid() as i32);
+}
+
+/// `ahpty upgrade` failed (status 1) and said each of `expect`.
+fn failed_saying(out: &CliOutput, expect: &[&str], d: &Daemon) {
+    assert_eq!(out.code, Some(1), "{out:?}\n{}", d.stderr());
+    for e in expect {
+        assert!(out.stdout.contains(e), "no {e:?} in {out:?}");
+    }
 }
 
 /// The `ts SECONDS.MICROS` stamps of the ticker, in seconds.
@@ -304,12 +342,7 @@ spec!(
     async {
         let install = Install::new();
         let d = install.start();
-        let (mut a, _) = Raw::connect_init(&d.url(), "stay-a", &[ROOT]).await;
-        let t = term_uri("stay");
-        a.create_claimed(&t, client_claim("stay-a")).await;
-        a.subscribe_at(&t).await;
-        a.ready(&t).await;
-        let pid = a.shell_pid(&t).await;
+        let (mut a, t, pid) = claimed_shell(&d, "stay-a", "stay").await;
         let attempts = AtomicU64::new(0);
 
         let cases: [(&str, Option<&str>, &[&str]); 3] = [
@@ -395,6 +428,63 @@ spec!(
     }
 );
 
+// `--upgrade-timeout` bounds both waits on the new binary (1 s here, against the default 5 s):
+// a pre-flight that never answers is given up after it with the old version serving on, and a
+// new image that never commits is given up after it by going back to the old image, which
+// serves the same terminals again.
+spec!(
+    the_upgrade_timeout_bounds_the_pre_flight_and_the_take_over,
+    async {
+        const LIMIT: Duration = Duration::from_secs(1);
+        // Well under the default 5 s, well over the 1 s given.
+        const BOUND: Duration = Duration::from_secs(4);
+        let install = Install::new();
+        let d = install.start_with(
+            &["--upgrade-timeout", "1s"],
+            &[("AHPTY_TEST_ADOPT_FAULT", "hang")],
+        );
+        let (mut a, t, pid) = claimed_shell(&d, "slow-a", "slow").await;
+
+        // A new binary whose pre-flight never answers.
+        install.put_script("exec sleep 30");
+        let started = Instant::now();
+        let out = upgrade(d.home()).await;
+        let took = started.elapsed();
+        failed_saying(
+            &out,
+            &["pre-flight", "did not answer within 1 s", "still serving"],
+            &d,
+        );
+        assert!(
+            took >= LIMIT && took < BOUND,
+            "the pre-flight was given up after {took:?}"
+        );
+        assert!(a.closed.is_none(), "the client was closed");
+
+        // A new image that never commits (the test fault): the old one is executed again.
+        install.put_real();
+        let out = upgrade(d.home()).await;
+        failed_saying(
+            &out,
+            &[
+                "upgrade failed (adopt)",
+                "did not take over within 1 s",
+                "went back to",
+            ],
+            &d,
+        );
+        // From the quiesce to serving again: the deadline plus two executions.
+        let st = status(&d);
+        let switch = Duration::from_secs_f64(st["switchMs"].as_f64().unwrap_or(0.0) / 1000.0);
+        assert!(
+            switch >= LIMIT && switch < BOUND,
+            "went back after {switch:?}: {st}"
+        );
+        resumed_on_the_old_image(&d, &mut a, "slow-a", &t, pid).await;
+        eprintln!("upgrade timeout 1 s: pre-flight given up after {took:?}, back after {switch:?}");
+    }
+);
+
 spec!(
     a_new_image_that_crashes_before_taking_over_hands_back_to_the_old_one,
     async {
@@ -402,24 +492,20 @@ spec!(
         // Test-only fault: an image adopting a hand-over aborts (an image executed again after a
         // failure ignores it).
         let d = install.start_with_env(&[("AHPTY_TEST_ADOPT_FAULT", "abort")]);
-        let (mut a, _) = Raw::connect_init(&d.url(), "crash-a", &[ROOT]).await;
-        let t = term_uri("crash");
-        a.create_claimed(&t, client_claim("crash-a")).await;
-        a.subscribe_at(&t).await;
-        a.ready(&t).await;
-        let pid = a.shell_pid(&t).await;
+        let (mut a, t, pid) = claimed_shell(&d, "crash-a", "crash").await;
         a.type_text(&t, "echo before-$((1+1))\r").await;
         a.wait_data(&t, "before-2", SHELL_TIMEOUT).await;
 
         let out = upgrade(d.home()).await;
-        assert_eq!(out.code, Some(1), "{out:?}\n{}", d.stderr());
-        for e in [
-            "upgrade failed (adopt)",
-            "crashed (SIGABRT)",
-            "went back to",
-        ] {
-            assert!(out.stdout.contains(e), "no {e:?} in {out:?}");
-        }
+        failed_saying(
+            &out,
+            &[
+                "upgrade failed (adopt)",
+                "crashed (SIGABRT)",
+                "went back to",
+            ],
+            &d,
+        );
         let st = status(&d);
         assert_eq!(
             (&st["ok"], &st["stage"]),
@@ -427,22 +513,7 @@ spec!(
             "{st}"
         );
         // The old image took the hand-over back: same shell, resumable without a gap.
-        let close = a.wait_closed(Duration::from_secs(20)).await;
-        assert_eq!(close.map(|c| u16::from(c.code)), Some(1012));
-        let (mut r, resp) = Raw::reconnect(
-            &d.url(),
-            "crash-a",
-            a.last_envelope_seq() as i64,
-            &[ROOT, &t],
-        )
-        .await;
-        assert_eq!(
-            resp.pointer("/result/type"),
-            Some(&json!("replay")),
-            "{resp}"
-        );
-        assert_eq!(r.shell_pid(&t).await, pid);
-        assert_eq!(ppid(pid), d.pid() as i32);
+        resumed_on_the_old_image(&d, &mut a, "crash-a", &t, pid).await;
         assert!(d.stderr().contains("the previous version serves again"));
     }
 );

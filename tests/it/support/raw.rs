@@ -636,27 +636,42 @@ impl Raw {
     /// A fresh snapshot of terminal `uri` taken by `fresh` (which subscribes), after which
     /// `typist` sets a marker title and every client in `viewers` waits for it: they have then
     /// received everything the snapshot holds. Returns the snapshot's content text.
+    ///
+    /// The terminal must have gone quiet: output between the snapshot and the marker (a prompt
+    /// printed just after the line a test waited for) would be in the viewers' streams and not
+    /// in the snapshot. So a second snapshot is taken once the viewers have the marker; until
+    /// it equals the first, the round is done again from it (at most 20 rounds).
     pub async fn settle(
         fresh: &mut Raw,
         typist: &mut Raw,
         viewers: &mut [&mut Raw],
         uri: &str,
     ) -> String {
-        let truth = super::snapshot_text(&fresh.subscribe(uri).await);
-        let marker = unique("settled");
-        typist
-            .dispatch(
-                uri,
-                json!({"type": "terminal/titleChanged", "title": marker}),
-            )
-            .await;
-        for v in viewers.iter_mut() {
-            v.wait_action(uri, "terminal/titleChanged", RPC_TIMEOUT, |e| {
-                e["action"]["title"] == marker.as_str()
-            })
-            .await;
+        let mut truth = super::snapshot_text(&fresh.subscribe(uri).await);
+        for _ in 0..20 {
+            let marker = unique("settled");
+            typist
+                .dispatch(
+                    uri,
+                    json!({"type": "terminal/titleChanged", "title": marker}),
+                )
+                .await;
+            for v in viewers.iter_mut() {
+                v.wait_action(uri, "terminal/titleChanged", RPC_TIMEOUT, |e| {
+                    e["action"]["title"] == marker.as_str()
+                })
+                .await;
+            }
+            let again = super::snapshot_text(&fresh.subscribe(uri).await);
+            if again == truth {
+                return truth;
+            }
+            truth = again;
         }
-        truth
+        panic!(
+            "terminal {uri} never went quiet: its content changed in 20 rounds; ends {}",
+            super::tail(&truth, 200)
+        );
     }
 
     /// Drops the connection abruptly (no WebSocket close frame), as a crash would.
