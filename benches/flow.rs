@@ -1001,32 +1001,39 @@ async fn scale() {
     println!(
         "\n## scale: {n} terminals printing a line every 100 ms (`while :; do echo x; read -t 0.1; done`), one client subscribed to all\n"
     );
-    let d = Daemon::start_with(&["--no-shell-integration"]);
-    announce(&d, "scale");
-    let (mut c, _) = Raw::connect_init_with(&d.url(), Opts::lean(), "scale", &[]).await;
-    let uris = many_terminals(&mut c, "scale", n).await;
-    for t in &uris {
-        c.type_text(t, "while :; do echo x; read -t 0.1; done\r")
-            .await;
+    println!("| transcripts | daemon CPU (% of one core; user + sys) | per envelope | envelopes/s received | lines/s expected |");
+    println!("|---|---|---|---|---|");
+    for persist in [true, false] {
+        let mut args = vec!["--no-shell-integration"];
+        if !persist {
+            args.push("--no-persist");
+        }
+        let d = Daemon::start_with(&args);
+        announce(&d, &format!("scale, transcripts {persist}"));
+        let (mut c, _) = Raw::connect_init_with(&d.url(), Opts::lean(), "scale", &[]).await;
+        let uris = many_terminals(&mut c, "scale", n).await;
+        for t in &uris {
+            c.type_text(t, "while :; do echo x; read -t 0.1; done\r")
+                .await;
+        }
+        c.drain_for(Duration::from_secs(2)).await;
+        let (u0, s0) = cpu_secs(d.pid());
+        let f0 = c.data_frames;
+        c.drain_for(window).await;
+        let (u1, s1) = cpu_secs(d.pid());
+        let frames = (c.data_frames - f0) as f64;
+        let cpu = u1 - u0 + s1 - s0;
+        println!(
+            "| {} | **{:.1} %** ({:.1} + {:.1}) | {:.0} µs | {:.0} | {} |",
+            if persist { "on (default)" } else { "off" },
+            cpu / window.as_secs_f64() * 100.0,
+            (u1 - u0) / window.as_secs_f64() * 100.0,
+            (s1 - s0) / window.as_secs_f64() * 100.0,
+            cpu / frames.max(1.0) * 1e6,
+            frames / window.as_secs_f64(),
+            n * 10
+        );
     }
-    c.drain_for(Duration::from_secs(2)).await;
-    let (u0, s0) = cpu_secs(d.pid());
-    let f0 = c.data_frames;
-    c.drain_for(window).await;
-    let (u1, s1) = cpu_secs(d.pid());
-    let frames = (c.data_frames - f0) as f64;
-    let cpu = u1 - u0 + s1 - s0;
-    println!("| daemon CPU (% of one core; user + sys) | per envelope | envelopes/s received | lines/s expected |");
-    println!("|---|---|---|---|");
-    println!(
-        "| **{:.1} %** ({:.1} + {:.1}) | {:.0} µs | {:.0} | {} |",
-        cpu / window.as_secs_f64() * 100.0,
-        (u1 - u0) / window.as_secs_f64() * 100.0,
-        (s1 - s0) / window.as_secs_f64() * 100.0,
-        cpu / frames.max(1.0) * 1e6,
-        frames / window.as_secs_f64(),
-        n * 10
-    );
 }
 
 // ─── persistence ─────────────────────────────────────────────────────────────

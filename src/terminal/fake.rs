@@ -3,7 +3,7 @@
 //!
 //! [`FakePtys::start`] returns a [`FakePty`] and the real hand-off ([`output::channel`]); the
 //! test plays the program: [`FakePty::output`] runs bytes through the real output pipeline,
-//! [`FakePty::exit`] and [`FakePty::eof`] report what the waiter and reader threads would.
+//! [`FakePty::exit`] and [`FakePty::eof`] report what the waiter thread and the reader task would.
 //! Everything the host does to the pty (input, resizes, the kill) is recorded. Touches no OS
 //! resource.
 
@@ -62,7 +62,7 @@ pub(crate) struct FakePty {
     /// What the host asked to run.
     pub(crate) request: SpawnRequest,
     pipeline: Mutex<OutputPipeline>,
-    /// `None` once the "reader and waiter threads" are gone (after the kill).
+    /// `None` once the "reader task and waiter thread" are gone (after the kill).
     events: Mutex<Option<EventSender>>,
     input: Mutex<Vec<u8>>,
     sizes: Mutex<Vec<(u16, u16)>>,

@@ -1,12 +1,12 @@
-//! Terminals at the OS level: a pty process plus the threads that move its bytes.
+//! Terminals at the OS level: a pty process plus the tasks and the thread that move its bytes.
 //!
-//! [`start`] spawns the program (see [`process`]), a reader thread that turns pty bytes into
-//! [`OutputItem`]s through the [`output`] pipeline (UTF-8 assembly, shell-integration marks,
-//! terminal queries answered by the [`model`]),
-//! and a waiter thread that reports the exit status. Everything arrives, in order, on one
-//! hand-off of [`TerminalEvent`]s bounded in bytes ([`output::channel`]); when it is full the
-//! reader stops reading the pty, so a program that floods output blocks in `write` as in a
-//! real terminal.
+//! [`start`] spawns the program (see [`process`]) and serves its pty from the async runtime
+//! (`pty_io.rs`): a reader task (`reader.rs`) turns pty bytes into [`OutputItem`]s through the
+//! [`output`] pipeline (UTF-8 assembly, shell-integration marks, terminal queries answered by
+//! the [`model`]), a writer task writes input, and a waiter thread reports the exit status.
+//! Everything arrives, in order, on one hand-off of [`TerminalEvent`]s bounded in bytes
+//! ([`output::channel`]); when it is full the reader stops reading the pty, so a program that
+//! floods output blocks in `write` as in a real terminal.
 //! This module knows nothing of connections or `serverSeq`; the host consumes the events.
 //!
 //! May touch: the OS (ptys, threads, processes) and the event hand-off; nothing of AHP state.
@@ -17,29 +17,32 @@ pub(crate) mod fake;
 pub(crate) mod model;
 pub(crate) mod output;
 pub(crate) mod process;
+pub(crate) mod pty_io;
 pub(crate) mod pty_master;
+pub(crate) mod reader;
 pub mod shell_integration;
 pub(crate) mod utf8;
 
-use std::io::{self, Read};
+use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
 use ahp_types::actions::StateAction;
 
 pub use output::{EventReceiver, EventSender, OutputPipeline, PipelineCarry};
-pub use process::{InputError, PtyProcess, PtyReader, SpawnRequest};
+pub use process::{InputError, PtyProcess, SpawnRequest};
+pub use pty_io::PtyReader;
 pub use pty_master::PtyMaster;
 
 /// Largest accepted `cols` or `rows` of a terminal (createTerminal, `terminal/resized`).
 pub const MAX_DIMENSION: i64 = 4096;
 
-/// File descriptors a running terminal keeps open: the pty master, the duplicate its reader
-/// and writer threads share, and their stop signal (an eventfd). Spawning briefly needs a few
-/// more (the pty slave and its copies for the child's standard streams, an exec-status pipe).
-pub const FDS_PER_TERMINAL: u64 = 3;
+/// File descriptors a running terminal keeps open: the pty master, which its reader and
+/// writer tasks share through the runtime's epoll. Spawning briefly needs a few more (the pty
+/// slave and its copies for the child's standard streams, an exec-status pipe).
+pub const FDS_PER_TERMINAL: u64 = 1;
 
-/// Size of one pty read, in bytes.
+/// Size of one pty read, in bytes (one buffer per runtime worker thread, not per terminal).
 pub const READ_BUFFER_BYTES: usize = 64 * 1024;
 
 /// One item of a terminal's output, in stream order: text for `terminal/data`, or an action the
@@ -149,28 +152,33 @@ impl PtySystem for NativePtys {
     }
 }
 
-/// Spawns `request` on a new pty and starts its reader and waiter threads.
+/// Spawns `request` on a new pty and starts its reader and writer tasks and its waiter
+/// thread.
 ///
-/// Errors: the pty cannot be opened or the program cannot be started. Blocking (fork/exec).
+/// Errors: the pty cannot be opened, the program cannot be started, or no tokio runtime is
+/// current. Blocking (fork/exec): call it from `spawn_blocking`.
 pub fn start(
     request: SpawnRequest,
     pipeline: OutputPipeline,
 ) -> io::Result<(Arc<PtyProcess>, EventReceiver)> {
     let (process, reader) = PtyProcess::spawn(request).map_err(explain_exhaustion)?;
-    run_threads(process, reader, pipeline, false)
+    run(process, reader, pipeline, false)
 }
 
 /// Restarts a terminal handed over by a live upgrade: its writer (with the input it had
 /// not written), its reader (from the pipeline's carried state) and, unless the process was
-/// already reaped, its waiter. Errors: a thread cannot be started.
+/// already reaped, its waiter. Errors: no tokio runtime is current, or the waiter thread
+/// cannot be started.
 pub fn adopt(adopted: Adopted) -> io::Result<(Arc<PtyProcess>, EventReceiver)> {
     let (process, reader) =
         PtyProcess::adopt(adopted.pid, adopted.master, adopted.input, adopted.exit)?;
     let pipeline = OutputPipeline::resume(&adopted.carry.pipeline);
-    run_threads(process, reader, pipeline, adopted.carry.eof)
+    run(process, reader, pipeline, adopted.carry.eof)
 }
 
-fn run_threads(
+/// Starts the reader task and, for a process not yet reaped, the waiter thread. A runtime is
+/// current: `process` registered its pty with it.
+fn run(
     process: PtyProcess,
     reader: PtyReader,
     pipeline: OutputPipeline,
@@ -178,19 +186,17 @@ fn run_threads(
 ) -> io::Result<(Arc<PtyProcess>, EventReceiver)> {
     let pid = process.pid();
     let (tx, rx) = output::channel(output::PENDING_OUTPUT_BYTES);
-    let reader_tx = tx.clone();
-    std::thread::Builder::new()
-        .name(format!("pty-reader-{pid}"))
-        .spawn(move || reader_loop(reader, pipeline, reader_tx, eof))?;
     if process.exit_status().is_none() {
         let slot = process.exit_slot();
+        let waiter_tx = tx.clone();
         std::thread::Builder::new()
             .name(format!("pty-waiter-{pid}"))
             .spawn(move || {
                 let code = process::wait_exit(pid, &slot);
-                let _ = tx.blocking_send(TerminalEvent::Exited(code));
+                let _ = waiter_tx.blocking_send(TerminalEvent::Exited(code));
             })?;
     }
+    tokio::spawn(reader::run(reader, pipeline, tx, eof));
     Ok((Arc::new(process), rx))
 }
 
@@ -206,54 +212,5 @@ fn explain_exhaustion(e: io::Error) -> io::Error {
             ),
         ),
         _ => e,
-    }
-}
-
-/// Reads the pty until end of file or a stop. A suspension (live upgrade) ends with
-/// [`TerminalEvent::Suspended`] carrying what the pipeline holds back; after end of file the
-/// thread stays until the terminal is stopped, so that a suspension still gets its answer.
-fn reader_loop(mut reader: PtyReader, mut pipeline: OutputPipeline, tx: EventSender, eof: bool) {
-    if !eof {
-        read_until_end(&mut reader, &mut pipeline, &tx);
-        if reader.is_suspending() {
-            let carry = ReaderCarry {
-                pipeline: pipeline.suspend(),
-                eof: false,
-            };
-            let _ = tx.blocking_send(TerminalEvent::Suspended(Box::new(carry)));
-            return;
-        }
-        let events = pipeline.finish();
-        if !events.is_empty() {
-            let _ = tx.blocking_send(TerminalEvent::Output(events));
-        }
-        let _ = tx.blocking_send(TerminalEvent::Eof);
-    }
-    reader.wait_stopped();
-    if reader.is_suspending() {
-        let carry = ReaderCarry {
-            pipeline: pipeline.suspend(),
-            eof: true,
-        };
-        let _ = tx.blocking_send(TerminalEvent::Suspended(Box::new(carry)));
-    }
-}
-
-/// Reads and parses until end of file, a stop (a read of 0 bytes) or a gone receiver.
-fn read_until_end(reader: &mut PtyReader, pipeline: &mut OutputPipeline, tx: &EventSender) {
-    let mut buf = vec![0u8; READ_BUFFER_BYTES];
-    loop {
-        match reader.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => {
-                let events = pipeline.feed(&buf[..n]);
-                if !events.is_empty() && tx.blocking_send(TerminalEvent::Output(events)).is_err() {
-                    return;
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            // EIO is how Linux reports that the last process holding the pty slave is gone.
-            Err(_) => break,
-        }
     }
 }

@@ -1,7 +1,7 @@
 //! The output pipeline of one terminal: raw pty bytes in, [`OutputItem`]s out, in stream order,
-//! and the hand-off of those events from the reader thread to the host ([`channel`]).
+//! and the hand-off of those events from the reader task to the host ([`channel`]).
 //!
-//! Runs on the terminal's reader thread. The shell-integration [`OutputParser`] assembles
+//! Runs in the terminal's reader task (`reader.rs`). The shell-integration [`OutputParser`] assembles
 //! UTF-8 across reads (invalid bytes become U+FFFD, no character is split between two events),
 //! removes every shell-integration sequence and reports marks; the [`CommandTracker`] turns
 //! the marks into terminal actions. Output written before a mark is emitted before the
@@ -9,7 +9,8 @@
 //! order, for the host to answer. Touches nothing outside the terminal it belongs to.
 //!
 //! The hand-off is bounded in bytes of output ([`PENDING_OUTPUT_BYTES`]): when that much is
-//! waiting, the reader thread stops reading the pty, so the program blocks in `write`. The
+//! waiting, the reader task stops reading the pty ([`EventSender::send`] waits), so the program
+//! blocks in `write`. The
 //! receiver is woken only when what it asked for is there — any event when it is idle, a
 //! given amount of output while it is merging — never once per pty read, which is what keeps
 //! a flood cheap (a pty read is at most about 4 KiB).
@@ -27,7 +28,7 @@ use super::shell_integration::{now_ms, CommandTracker, OutputParser, Parsed, Par
 use super::{OutputItem, TerminalEvent};
 use crate::config::ReportColors;
 
-/// Output bytes that may wait in the hand-off before the reader thread stops reading the pty.
+/// Output bytes that may wait in the hand-off before the reader task stops reading the pty.
 pub const PENDING_OUTPUT_BYTES: usize = 128 * 1024;
 
 /// Per-terminal output state, kept across reads.
@@ -186,8 +187,10 @@ struct State {
 
 struct Shared {
     state: Mutex<State>,
-    /// Signalled when output was taken below the capacity (a blocked reader may go on).
+    /// Signalled when output was taken below the capacity (a blocked sender thread may go on).
     room: Condvar,
+    /// The same, for a sender task waiting in [`EventSender::send`].
+    room_async: Notify,
     /// Signalled when what the receiver waits for is there.
     ready: Notify,
     capacity: usize,
@@ -199,7 +202,7 @@ impl Shared {
     }
 }
 
-/// The sending half of a terminal's event hand-off (reader and waiter threads).
+/// The sending half of a terminal's event hand-off (the reader task, the waiter thread).
 pub struct EventSender {
     shared: Arc<Shared>,
 }
@@ -223,6 +226,7 @@ pub fn channel(capacity: usize) -> (EventSender, EventReceiver) {
             want: None,
         }),
         room: Condvar::new(),
+        room_async: Notify::new(),
         ready: Notify::new(),
         capacity,
     });
@@ -235,10 +239,28 @@ pub fn channel(capacity: usize) -> (EventSender, EventReceiver) {
 }
 
 impl EventSender {
+    /// Queues an event, waiting (asynchronously) while the hand-off holds its capacity of
+    /// output. Errors: the receiver is gone (the event is handed back). Cancel safe: a
+    /// cancelled send queued nothing.
+    pub async fn send(&self, event: TerminalEvent) -> Result<(), SendError<TerminalEvent>> {
+        let is_output = matches!(event, TerminalEvent::Output(_));
+        loop {
+            let room = self.shared.room_async.notified();
+            tokio::pin!(room);
+            room.as_mut().enable();
+            {
+                let s = self.shared.lock();
+                if !(is_output && s.receiver && s.bytes >= self.shared.capacity) {
+                    return self.push(s, event);
+                }
+            }
+            room.await;
+        }
+    }
+
     /// Queues an event, blocking the calling thread while the hand-off holds its capacity of
     /// output. Errors: the receiver is gone (the event is handed back).
     pub fn blocking_send(&self, event: TerminalEvent) -> Result<(), SendError<TerminalEvent>> {
-        let n = output_bytes(&event);
         let is_output = matches!(event, TerminalEvent::Output(_));
         let mut s = self.shared.lock();
         while is_output && s.receiver && s.bytes >= self.shared.capacity {
@@ -246,9 +268,21 @@ impl EventSender {
             self.shared.room.wait(&mut s);
             s.blocked -= 1;
         }
+        self.push(s, event)
+    }
+
+    /// Queues `event` (room was checked under the lock `s`) and wakes the receiver if it
+    /// waits for what is now there.
+    fn push(
+        &self,
+        mut s: MutexGuard<'_, State>,
+        event: TerminalEvent,
+    ) -> Result<(), SendError<TerminalEvent>> {
         if !s.receiver {
             return Err(SendError(event));
         }
+        let n = output_bytes(&event);
+        let is_output = matches!(event, TerminalEvent::Output(_));
         s.bytes += n;
         if !is_output {
             s.others += 1;
@@ -302,6 +336,7 @@ impl EventReceiver {
         }
         if was_full && s.bytes < self.shared.capacity {
             self.shared.room.notify_all();
+            self.shared.room_async.notify_waiters();
         }
         Some(event)
     }
@@ -349,6 +384,14 @@ impl EventReceiver {
     }
 }
 
+#[cfg(test)]
+impl EventReceiver {
+    /// Bytes of output waiting in the hand-off.
+    pub(crate) fn waiting_bytes(&self) -> usize {
+        self.shared.lock().bytes
+    }
+}
+
 impl Drop for EventReceiver {
     fn drop(&mut self) {
         let mut s = self.shared.lock();
@@ -357,6 +400,7 @@ impl Drop for EventReceiver {
         s.bytes = 0;
         drop(s);
         self.shared.room.notify_all();
+        self.shared.room_async.notify_waiters();
     }
 }
 
@@ -421,6 +465,33 @@ mod tests {
         drop(rx);
         assert!(tx.blocking_send(data(1)).is_err());
         assert!(tx.is_closed());
+    }
+
+    #[tokio::test]
+    async fn a_full_hand_off_holds_an_async_sender_until_output_is_taken() {
+        use futures_util::FutureExt;
+        let (tx, mut rx) = channel(100);
+        tx.send(data(100)).await.unwrap();
+        // Not output: never waits for room.
+        tx.send(TerminalEvent::Exited(Some(0))).await.unwrap();
+        let send = tx.send(data(1));
+        tokio::pin!(send);
+        assert!(send.as_mut().now_or_never().is_none());
+        // Taking output below the capacity lets it go on.
+        assert!(matches!(rx.try_recv(), Ok(TerminalEvent::Output(_))));
+        tokio::time::timeout(std::time::Duration::from_secs(10), send)
+            .await
+            .expect("the sender was not woken")
+            .unwrap();
+        assert!(matches!(rx.try_recv(), Ok(TerminalEvent::Exited(_))));
+        assert!(matches!(rx.try_recv(), Ok(TerminalEvent::Output(_))));
+        // A sender waiting for room learns at once that the receiver is gone.
+        tx.send(data(100)).await.unwrap();
+        let send = tx.send(data(1));
+        tokio::pin!(send);
+        assert!(send.as_mut().now_or_never().is_none());
+        drop(rx);
+        assert!(send.await.is_err());
     }
 
     #[test]

@@ -2,22 +2,21 @@
 //! its exit status, and kill every process of its session.
 //!
 //! Uses `portable-pty` to open the pty and spawn (the child becomes a session leader with the
-//! pty as its controlling terminal). Input goes through a dedicated writer thread so a pty
-//! whose input buffer is full never blocks the async runtime. Exit statuses come from
-//! `waitpid` directly, so a signal death is reported as `128 + signal` (project decision D5).
-//! The reader and writer threads share one non-blocking duplicate of the pty master and wait
-//! in `poll(2)` on it together with a stop signal (an eventfd), so that killing the terminal
-//! makes them let go of the pty even while a process that left the session still holds it.
+//! pty as its controlling terminal). The pty master is then served from the async runtime
+//! (`pty_io.rs`): input goes through the terminal's writer task, which waits for room in the
+//! pty without blocking any thread, and output is read by its reader task (`reader.rs`).
+//! Exit statuses come from `waitpid` directly, on a waiter thread, so a signal death is
+//! reported as `128 + signal` (project decision D5). Killing the terminal stops both tasks,
+//! so they let go of the pty even while a process that left the session still holds it.
 //! Touches only the OS (pty, signals, `/proc`); knows nothing of AHP.
 
 use std::ffi::OsString;
-use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::io;
+use std::os::fd::OwnedFd;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc as std_mpsc;
 use std::sync::{Arc, RwLock};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, killpg, Signal};
@@ -26,7 +25,9 @@ use nix::unistd::Pid;
 use parking_lot::Mutex;
 use portable_pty::{native_pty_system, CommandBuilder, PtySize};
 
+use super::pty_io::{self, PtyIo, PtyReader};
 use super::pty_master::PtyMaster;
+use tokio::sync::mpsc;
 
 /// What to run and how.
 #[derive(Debug, Clone)]
@@ -51,6 +52,9 @@ pub struct SpawnRequest {
 /// input is refused (the program is not reading its input).
 pub const MAX_PENDING_INPUT_BYTES: usize = 8 * 1024 * 1024;
 
+/// How long a suspension waits for the writer task to hand back the input it did not write.
+const WRITER_STOP_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Why input was not queued.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InputError {
@@ -63,12 +67,12 @@ pub enum InputError {
 /// A running (or exited, not yet disposed) pty process.
 pub struct PtyProcess {
     pid: i32,
-    master: PtyMaster,
-    input: Mutex<Option<std_mpsc::Sender<Vec<u8>>>>,
+    input: Mutex<Option<mpsc::UnboundedSender<Vec<u8>>>>,
     pending_input: Arc<AtomicUsize>,
     io: Arc<PtyIo>,
-    /// The writer thread; it returns the input it could not write once suspended.
-    writer: Mutex<Option<JoinHandle<Vec<u8>>>>,
+    /// Where the writer task leaves, once it ends, the input it did not write (only a
+    /// suspension hands any back).
+    writer_done: Mutex<Option<std_mpsc::Receiver<Vec<u8>>>>,
     /// The exit code once the waiter reaped the process (`Some(None)`: unknown).
     exit: ExitSlot,
 }
@@ -92,172 +96,6 @@ pub fn freeze_reaping() {
     std::mem::forget(guard);
 }
 
-/// The reader and writer threads' handle on the pty master: a non-blocking duplicate of it
-/// and a stop signal both wait on.
-struct PtyIo {
-    fd: OwnedFd,
-    stop: OwnedFd,
-    /// The stop is a suspension for a live upgrade, not a kill: the reader hands over what
-    /// its pipeline holds back, the writer what it did not write.
-    suspending: AtomicBool,
-}
-
-impl PtyIo {
-    /// Duplicates `master` (close-on-exec), makes it non-blocking and creates the stop
-    /// signal.
-    fn new(master: RawFd) -> io::Result<PtyIo> {
-        // SAFETY: plain fcntl/eventfd calls on a descriptor we own; results are checked and
-        // wrapped in OwnedFd at once.
-        unsafe {
-            let dup = libc::fcntl(master, libc::F_DUPFD_CLOEXEC, 3);
-            if dup < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            let fd = OwnedFd::from_raw_fd(dup);
-            let flags = libc::fcntl(dup, libc::F_GETFL);
-            if flags < 0 || libc::fcntl(dup, libc::F_SETFL, flags | libc::O_NONBLOCK) < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            let stop = libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK);
-            if stop < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            Ok(PtyIo {
-                fd,
-                stop: OwnedFd::from_raw_fd(stop),
-                suspending: AtomicBool::new(false),
-            })
-        }
-    }
-
-    /// Tells the reader and writer to stop (they then drop their handle on the pty).
-    fn stop(&self) {
-        let one: u64 = 1;
-        // SAFETY: writes 8 bytes from a valid u64 to our eventfd.
-        let _ = unsafe {
-            libc::write(
-                self.stop.as_raw_fd(),
-                (&one as *const u64).cast(),
-                std::mem::size_of::<u64>(),
-            )
-        };
-    }
-
-    /// Waits until the pty is ready for `events` (`POLLIN`/`POLLOUT`, or hung up): `Ok(true)`;
-    /// or until stopped: `Ok(false)`.
-    fn wait(&self, events: libc::c_short) -> io::Result<bool> {
-        let mut fds = [
-            libc::pollfd {
-                fd: self.fd.as_raw_fd(),
-                events,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: self.stop.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
-        loop {
-            // SAFETY: `fds` is a valid array of two pollfd for the duration of the call.
-            let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(e);
-            }
-            if fds[1].revents != 0 {
-                return Ok(false);
-            }
-            if fds[0].revents != 0 {
-                return Ok(true);
-            }
-        }
-    }
-}
-
-impl PtyIo {
-    /// Runs `op`, a non-blocking `read(2)` or `write(2)` on the pty, until it succeeds
-    /// (`Some(bytes)`), waiting for `events` whenever it would block; `None` once stopped.
-    fn transfer(
-        &self,
-        events: libc::c_short,
-        mut op: impl FnMut(RawFd) -> isize,
-    ) -> io::Result<Option<usize>> {
-        loop {
-            let n = op(self.fd.as_raw_fd());
-            if n >= 0 {
-                return Ok(Some(n as usize));
-            }
-            let e = io::Error::last_os_error();
-            match e.kind() {
-                io::ErrorKind::WouldBlock => {
-                    if !self.wait(events)? {
-                        return Ok(None);
-                    }
-                }
-                io::ErrorKind::Interrupted => {}
-                _ => return Err(e),
-            }
-        }
-    }
-}
-
-/// Reads pty output; returns end of file once stopped.
-pub struct PtyReader(Arc<PtyIo>);
-
-impl PtyReader {
-    /// Whether the stop that ended reading (a read of 0 bytes) is a suspension for a live
-    /// upgrade rather than the terminal being killed.
-    pub fn is_suspending(&self) -> bool {
-        self.0.suspending.load(Ordering::Acquire)
-    }
-
-    /// Blocks until the terminal is stopped (killed or suspended), after the pty's end of
-    /// file, so that a suspension still finds this reader.
-    pub fn wait_stopped(&self) {
-        let mut fds = [libc::pollfd {
-            fd: self.0.stop.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        }];
-        loop {
-            // SAFETY: `fds` is a valid array of one pollfd for the duration of the call.
-            let n = unsafe { libc::poll(fds.as_mut_ptr(), 1, -1) };
-            if n > 0 || io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
-                return;
-            }
-        }
-    }
-}
-
-impl Read for PtyReader {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        // SAFETY: reads at most buf.len() bytes into buf.
-        let read = |fd| unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
-        Ok(self.0.transfer(libc::POLLIN, read)?.unwrap_or(0))
-    }
-}
-
-/// Writes pty input; fails once stopped.
-struct Writer(Arc<PtyIo>);
-
-impl Write for Writer {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        // SAFETY: writes at most buf.len() bytes from buf.
-        let write = |fd| unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) };
-        self.0.transfer(libc::POLLOUT, write)?.ok_or_else(|| {
-            io::Error::new(io::ErrorKind::BrokenPipe, "the terminal is being disposed")
-        })
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
 impl std::fmt::Debug for PtyProcess {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PtyProcess")
@@ -270,8 +108,12 @@ impl PtyProcess {
     /// Opens a pty of the requested size and spawns the program on it.
     ///
     /// Errors: the pty cannot be opened, or the program cannot be executed (the message names
-    /// the program). Blocking (fork/exec): call from a blocking context.
+    /// the program), or no tokio runtime is current. Blocking (fork/exec): call from a
+    /// blocking context of the runtime (`spawn_blocking`).
     pub fn spawn(req: SpawnRequest) -> io::Result<(PtyProcess, PtyReader)> {
+        // The pty is served from the async runtime (`pty_io.rs`): check before starting.
+        tokio::runtime::Handle::try_current()
+            .map_err(|_| io::Error::other("no async runtime to serve the pty from"))?;
         let pty_system = native_pty_system();
         let pair = pty_system
             .openpty(PtySize {
@@ -328,7 +170,7 @@ impl PtyProcess {
 
     /// A process this daemon already runs on the pty `master`, handed over by a live
     /// upgrade: `input` is the input its writer had not written yet, `exit` its exit code if
-    /// it was already reaped. Starts the writer thread; the caller starts the reader and, for
+    /// it was already reaped. Starts the writer task; the caller starts the reader and, for
     /// a process not yet reaped, the waiter.
     pub fn adopt(
         pid: i32,
@@ -345,30 +187,30 @@ impl PtyProcess {
         input: Vec<u8>,
         exit: Option<Option<i64>>,
     ) -> io::Result<(PtyProcess, PtyReader)> {
-        let io = Arc::new(
-            PtyIo::new(master.as_raw_fd())
-                .map_err(|e| io::Error::new(e.kind(), format!("cannot use the pty: {e}")))?,
-        );
-        let reader = PtyReader(io.clone());
-        let writer = Writer(io.clone());
-        let (tx, rx) = std_mpsc::channel::<Vec<u8>>();
+        let io = PtyIo::new(master)
+            .map_err(|e| io::Error::new(e.kind(), format!("cannot use the pty: {e}")))?;
+        let (tx, rx) = mpsc::unbounded_channel::<Vec<u8>>();
         let pending_input = Arc::new(AtomicUsize::new(input.len()));
         if !input.is_empty() {
-            // The receiver is alive: it is moved into the writer thread below.
+            // The receiver is alive: it is moved into the writer task below.
             let _ = tx.send(input);
         }
-        let pending = pending_input.clone();
-        let writer = std::thread::Builder::new()
-            .name(format!("pty-writer-{pid}"))
-            .spawn(move || writer_loop(writer, rx, pending))?;
+        let reader = io.reader();
+        let (done_tx, done_rx) = std_mpsc::sync_channel(1);
+        // `PtyIo::new` succeeded, so a runtime is current here.
+        tokio::spawn(pty_io::write_input(
+            io.clone(),
+            rx,
+            pending_input.clone(),
+            done_tx,
+        ));
         Ok((
             PtyProcess {
                 pid,
-                master,
                 input: Mutex::new(Some(tx)),
                 pending_input,
+                writer_done: Mutex::new(Some(done_rx)),
                 io,
-                writer: Mutex::new(Some(writer)),
                 exit: Arc::new(Mutex::new(exit)),
             },
             reader,
@@ -394,12 +236,22 @@ impl super::Pty for PtyProcess {
     /// duplicate of the pty master (close-on-exec) and the input not yet written, in order.
     /// The process keeps running; its output waits in the pty. Blocking (joins the writer).
     fn suspend(&self) -> io::Result<(OwnedFd, Vec<u8>)> {
-        let fd = self.master.try_clone()?;
-        self.io.suspending.store(true, Ordering::Release);
+        let fd = self.io.master().try_clone()?;
         self.input.lock().take();
-        self.io.stop();
-        let writer = self.writer.lock().take();
-        let left = writer.and_then(|w| w.join().ok()).unwrap_or_default();
+        self.io.suspend();
+        let done = self.writer_done.lock().take();
+        let left = match done.map(|d| d.recv_timeout(WRITER_STOP_TIMEOUT)) {
+            Some(Ok(left)) => left,
+            // The task is gone (it always answers before it ends): nothing was left.
+            Some(Err(std_mpsc::RecvTimeoutError::Disconnected)) | None => Vec::new(),
+            Some(Err(std_mpsc::RecvTimeoutError::Timeout)) => {
+                tracing::warn!(
+                    pid = self.pid,
+                    "the pty writer did not stop: its queued input is dropped"
+                );
+                Vec::new()
+            }
+        };
         Ok((fd, left))
     }
 
@@ -409,7 +261,7 @@ impl super::Pty for PtyProcess {
     }
 
     /// Queues bytes for the pty; never blocks. Bytes are written in order, unmodified, by the
-    /// terminal's writer thread. Errors: [`InputError::QueueFull`] when more than
+    /// terminal's writer task. Errors: [`InputError::QueueFull`] when more than
     /// [`MAX_PENDING_INPUT_BYTES`] would be waiting; [`InputError::Closed`] when the pty is gone.
     fn write(&self, bytes: Vec<u8>) -> Result<(), InputError> {
         let guard = self.input.lock();
@@ -421,7 +273,10 @@ impl super::Pty for PtyProcess {
             return Err(InputError::QueueFull);
         }
         self.pending_input.fetch_add(len, Ordering::AcqRel);
-        tx.send(bytes).map_err(|_| InputError::Closed)
+        tx.send(bytes).map_err(|_| {
+            self.pending_input.fetch_sub(len, Ordering::AcqRel);
+            InputError::Closed
+        })
     }
 
     /// Would `len` more bytes of input fit in the queue?
@@ -431,17 +286,17 @@ impl super::Pty for PtyProcess {
 
     /// Sets the pty window size; the foreground process group receives SIGWINCH.
     fn resize(&self, cols: u16, rows: u16) -> io::Result<()> {
-        self.master.resize(cols, rows)
+        self.io.master().resize(cols, rows)
     }
 
     /// Kills every process of the terminal's session: SIGHUP (and SIGCONT, so stopped jobs
     /// see it) to every process group in the session, then SIGKILL to whatever is still alive
     /// after `grace`. Returns once no process of the session is left or after `grace` plus one
     /// second. Processes that left the session (`setsid`) are out of reach, but the reader and
-    /// writer threads stop at once and let go of the pty, which is closed when this
+    /// writer tasks stop at once and let go of the pty, which is closed when this
     /// `PtyProcess` is dropped: such a process then gets EIO on the pty. Blocking.
     fn kill_session(&self, grace: Duration) {
-        // Stop accepting input so the writer thread ends, and stop reading output.
+        // Stop accepting input so the writer task ends, and stop reading output.
         self.input.lock().take();
         self.io.stop();
         kill_session(self.pid, grace);
@@ -450,7 +305,7 @@ impl super::Pty for PtyProcess {
 
 impl Drop for PtyProcess {
     fn drop(&mut self) {
-        // The threads must not keep the pty open once nobody can use the terminal.
+        // The tasks must not keep the pty open once nobody can use the terminal.
         self.io.stop();
     }
 }
@@ -635,48 +490,6 @@ fn login_shell() -> Option<OsString> {
     }
 }
 
-/// Writes queued input to the pty in order. Returns, once suspended for a live upgrade, the
-/// bytes it did not write (the rest of the chunk in progress, then every queued one);
-/// otherwise nothing.
-fn writer_loop(
-    mut writer: Writer,
-    rx: std_mpsc::Receiver<Vec<u8>>,
-    pending: Arc<AtomicUsize>,
-) -> Vec<u8> {
-    while let Ok(bytes) = rx.recv() {
-        let mut written = 0;
-        let mut failed = None;
-        while written < bytes.len() {
-            match writer.write(&bytes[written..]) {
-                Ok(0) => {
-                    failed = Some(io::Error::from(io::ErrorKind::WriteZero));
-                    break;
-                }
-                Ok(n) => written += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    failed = Some(e);
-                    break;
-                }
-            }
-        }
-        pending.fetch_sub(bytes.len(), Ordering::AcqRel);
-        if let Some(e) = failed {
-            if !writer.0.suspending.load(Ordering::Acquire) {
-                tracing::debug!(error = %e, "pty writer stopped");
-                return Vec::new();
-            }
-            let mut left = bytes[written..].to_vec();
-            while let Ok(more) = rx.try_recv() {
-                pending.fetch_sub(more.len(), Ordering::AcqRel);
-                left.extend_from_slice(&more);
-            }
-            return left;
-        }
-    }
-    Vec::new()
-}
-
 /// This process's open-file limit (`RLIMIT_NOFILE`): `(soft, hard)`.
 pub fn open_file_limit() -> io::Result<(u64, u64)> {
     let mut l = libc::rlimit {
@@ -805,6 +618,13 @@ mod tests {
 
     #[test]
     fn a_suspended_writer_hands_back_exactly_what_it_did_not_write() {
+        use std::os::fd::AsRawFd;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let _entered = runtime.enter();
         let (process, _reader) = PtyProcess::spawn(SpawnRequest {
             program: "/bin/sh".into(),
             args: vec!["-c".into(), "stty raw -echo; exec sleep 30".into()],
@@ -816,12 +636,12 @@ mod tests {
         })
         .unwrap();
         // In raw mode (no line editing, nothing dropped) and never read: the pty's input
-        // queue fills and the writer blocks.
+        // queue fills and the writer task waits for room.
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             let mut t: libc::termios = unsafe { std::mem::zeroed() };
             assert_eq!(
-                unsafe { libc::tcgetattr(process.master.as_raw_fd(), &mut t) },
+                unsafe { libc::tcgetattr(process.io.master().as_raw_fd(), &mut t) },
                 0
             );
             if t.c_lflag & libc::ICANON == 0 {

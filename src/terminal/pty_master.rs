@@ -43,6 +43,21 @@ impl PtyMaster {
         Ok(PtyMaster::dup_from(self.0.as_raw_fd())?.0)
     }
 
+    /// Makes reads and writes on this master (and on every duplicate of it: the flag belongs
+    /// to the open file) return `EWOULDBLOCK` instead of blocking.
+    pub fn set_nonblocking(&self) -> io::Result<()> {
+        // SAFETY: fcntl flag calls on the descriptor we own; results are checked.
+        unsafe {
+            let flags = libc::fcntl(self.0.as_raw_fd(), libc::F_GETFL);
+            if flags < 0
+                || libc::fcntl(self.0.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) < 0
+            {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    }
+
     /// Sets the window size (`TIOCSWINSZ`); the pty's foreground process group gets SIGWINCH.
     pub fn resize(&self, cols: u16, rows: u16) -> io::Result<()> {
         let size = libc::winsize {

@@ -765,14 +765,17 @@ measured!(
         let per_terminal = (open_fds(d.pid()) - before) as f64 / made.max(1) as f64;
         eprintln!("600 terminals: {made} created in {took:?}; {per_terminal:.2} descriptors each");
         assert_eq!(made, 600, "first error: {error:?}");
+        // The pty master only (its reader and writer tasks share it through the runtime's
+        // epoll).
         assert!(
-            per_terminal <= 3.1,
+            per_terminal <= 1.1,
             "{per_terminal} descriptors per terminal"
         );
         kill_with_terminals(&mut d);
 
-        // Hard limit 1024 as well: a warning up front with the number, and that many start.
-        let mut d = daemon_with_ulimit("ulimit -n 1024", &[]);
+        // Hard limit 700 as well (1024 is just enough for the default 512 terminals): a
+        // warning up front with the number, and that many start.
+        let mut d = daemon_with_ulimit("ulimit -n 700", &[]);
         let log = d.stderr();
         let line = log
             .lines()

@@ -1,0 +1,260 @@
+//! A running terminal's pty master inside the async runtime: one non-blocking descriptor
+//! registered with tokio's reactor (`AsyncFd`, epoll), shared by the terminal's reader task
+//! ([`PtyReader`], see `reader.rs`) and its writer task ([`write_input`]), and their stop signal.
+//!
+//! No thread waits on a pty: a task that waits for output, or for room to write input, sleeps
+//! in the runtime's one `epoll_wait` together with every other terminal and socket, so the
+//! output of many terminals costs one wake-up of a worker thread instead of one wake-up of a
+//! thread per terminal (docs/performance.md, "Scale"). A stop — the terminal is killed,
+//! disposed, or suspended for a live upgrade — ends both tasks even while the pty stays
+//! readable: a process that left the session may hold the pty and keep writing, and the
+//! tasks must let go of it so that it can be closed. A suspension is told apart from a kill
+//! ([`PtyIo::is_suspending`]): the reader then hands over what its pipeline holds back and the
+//! writer what it did not write.
+//!
+//! Touches only the pty master it owns; knows nothing of AHP.
+
+use std::io;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc as std_mpsc;
+use std::sync::Arc;
+
+use tokio::io::unix::AsyncFd;
+use tokio::sync::{mpsc, watch};
+
+use super::pty_master::PtyMaster;
+use super::READ_BUFFER_BYTES;
+
+thread_local! {
+    /// The read buffer of the reader tasks running on this thread ([`PtyReader::read_with`]).
+    static READ_BUFFER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The pty master registered with the runtime, and the stop signal of the tasks using it.
+pub(crate) struct PtyIo {
+    fd: AsyncFd<PtyMaster>,
+    stop: watch::Sender<bool>,
+    /// The stop is a suspension for a live upgrade, not a kill.
+    suspending: AtomicBool,
+}
+
+impl PtyIo {
+    /// Makes `master` non-blocking and registers it with the current tokio runtime.
+    /// Errors: no runtime is running on this thread (or the one it is a blocking thread of),
+    /// or the descriptor cannot be registered.
+    pub(crate) fn new(master: PtyMaster) -> io::Result<Arc<PtyIo>> {
+        master.set_nonblocking()?;
+        // `AsyncFd::register` would panic outside a runtime.
+        tokio::runtime::Handle::try_current()
+            .map_err(|_| io::Error::other("no async runtime to serve the pty from"))?;
+        // SAFETY: `PtyMaster` owns its descriptor, which stays open and unchanged until the
+        // `AsyncFd` (its only owner) is dropped.
+        let fd = unsafe { AsyncFd::register(master) }.map_err(|e| e.into_parts().1)?;
+        Ok(Arc::new(PtyIo {
+            fd,
+            stop: watch::Sender::new(false),
+            suspending: AtomicBool::new(false),
+        }))
+    }
+
+    /// The pty master (for resizing and duplicating it).
+    pub(crate) fn master(&self) -> &PtyMaster {
+        self.fd.get_ref()
+    }
+
+    /// Tells the reader and writer tasks to stop (they then drop their handle on the pty).
+    /// Callable from any thread, any number of times.
+    pub(crate) fn stop(&self) {
+        self.stop.send_replace(true);
+    }
+
+    /// Stops the tasks for a live upgrade: the reader hands over its pipeline's state, the
+    /// writer the input it did not write.
+    pub(crate) fn suspend(&self) {
+        self.suspending.store(true, Ordering::Release);
+        self.stop();
+    }
+
+    /// Whether the stop is a suspension for a live upgrade rather than a kill.
+    pub(crate) fn is_suspending(&self) -> bool {
+        self.suspending.load(Ordering::Acquire)
+    }
+
+    /// A reader of this pty's output.
+    pub(crate) fn reader(self: &Arc<Self>) -> PtyReader {
+        PtyReader {
+            stop: self.stop.subscribe(),
+            io: self.clone(),
+        }
+    }
+
+    /// Writes all of `bytes`, waiting for room in the pty's input queue whenever it is full.
+    /// Returns how many bytes were written and, if not all, why: stopped (`None`) or the
+    /// error of `write(2)`.
+    async fn write_all(
+        &self,
+        bytes: &[u8],
+        stop: &mut watch::Receiver<bool>,
+    ) -> (usize, Option<Option<io::Error>>) {
+        let mut written = 0;
+        while written < bytes.len() {
+            let mut guard = tokio::select! {
+                biased;
+                _ = stopped(stop) => return (written, Some(None)),
+                guard = self.fd.writable() => match guard {
+                    Ok(g) => g,
+                    Err(e) => return (written, Some(Some(e))),
+                },
+            };
+            let rest = &bytes[written..];
+            match guard.try_io(|m| {
+                // SAFETY: writes at most rest.len() bytes from rest.
+                let n = unsafe {
+                    libc::write(m.get_ref().as_raw_fd(), rest.as_ptr().cast(), rest.len())
+                };
+                if n < 0 {
+                    Err(io::Error::last_os_error())
+                } else {
+                    Ok(n as usize)
+                }
+            }) {
+                Ok(Ok(0)) => return (written, Some(Some(io::ErrorKind::WriteZero.into()))),
+                Ok(Ok(n)) => written += n,
+                Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => {}
+                Ok(Err(e)) => return (written, Some(Some(e))),
+                // Would block: the readiness was cleared; wait for the next edge.
+                Err(_) => {}
+            }
+        }
+        (written, None)
+    }
+}
+
+/// Completes once `stop` is set (or its sender is gone, which cannot happen while a task
+/// holds the [`PtyIo`]).
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+/// The reading end: one per terminal, owned by its reader task.
+pub struct PtyReader {
+    io: Arc<PtyIo>,
+    stop: watch::Receiver<bool>,
+}
+
+impl PtyReader {
+    /// Whether the stop that ended reading is a suspension for a live upgrade rather than
+    /// the terminal being killed.
+    pub fn is_suspending(&self) -> bool {
+        self.io.is_suspending()
+    }
+
+    /// Completes once the terminal is stopped (killed or suspended).
+    pub async fn stopped(&mut self) {
+        stopped(&mut self.stop).await
+    }
+
+    /// Waits for output, reads it (at most [`READ_BUFFER_BYTES`]) into this thread's read
+    /// buffer and returns what `parse` makes of the bytes: `Some(Some(r))`; `Some(None)` at end
+    /// of file; `None` once stopped — checked before every read, so a pty that never runs dry
+    /// does not keep a stopped reader going. The buffer belongs to the worker thread, not to
+    /// the terminal (a read and `parse` never wait in between), so idle terminals hold none.
+    /// Errors: `read(2)` failed; `EIO` is how Linux reports that the last process holding
+    /// the pty slave is gone.
+    pub async fn read_with<R>(
+        &mut self,
+        mut parse: impl FnMut(&[u8]) -> R,
+    ) -> io::Result<Option<Option<R>>> {
+        loop {
+            let mut guard = tokio::select! {
+                biased;
+                _ = stopped(&mut self.stop) => return Ok(None),
+                guard = self.io.fd.readable() => guard?,
+            };
+            let read = guard.try_io(|m| {
+                READ_BUFFER.with_borrow_mut(|buf| {
+                    if buf.len() < READ_BUFFER_BYTES {
+                        buf.resize(READ_BUFFER_BYTES, 0);
+                    }
+                    // SAFETY: reads at most buf.len() bytes into buf.
+                    let n = unsafe {
+                        libc::read(m.get_ref().as_raw_fd(), buf.as_mut_ptr().cast(), buf.len())
+                    };
+                    match n {
+                        n if n < 0 => Err(io::Error::last_os_error()),
+                        0 => Ok(None),
+                        n => Ok(Some(parse(&buf[..n as usize]))),
+                    }
+                })
+            });
+            match read {
+                Ok(Ok(r)) => return Ok(Some(r)),
+                Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => {}
+                Ok(Err(e)) => return Err(e),
+                // Would block: the readiness was cleared; wait for the next edge.
+                Err(_) => {}
+            }
+        }
+    }
+
+    /// Runs `send` (handing an event to the host, which waits while the hand-off is full)
+    /// until it completes — `Some(result)` — or the terminal is killed meanwhile: `None`. A
+    /// suspension does not interrupt it (the pump drains the hand-off for it).
+    pub async fn until_killed<R>(
+        &mut self,
+        send: impl std::future::Future<Output = R>,
+    ) -> Option<R> {
+        tokio::pin!(send);
+        tokio::select! {
+            r = &mut send => return Some(r),
+            _ = stopped(&mut self.stop) => {}
+        }
+        if self.is_suspending() {
+            Some(send.await)
+        } else {
+            None
+        }
+    }
+}
+
+/// The writer task: writes queued input to the pty in order, never blocking a thread on a
+/// full pty. Ends when the input queue closes, on a write error, or at a stop; then sends on
+/// `done` what it did not write — for a suspension, the rest of the chunk in progress and
+/// every queued one, in order; otherwise nothing. `pending` counts queued bytes.
+pub(crate) async fn write_input(
+    io: Arc<PtyIo>,
+    mut rx: mpsc::UnboundedReceiver<Vec<u8>>,
+    pending: Arc<AtomicUsize>,
+    done: std_mpsc::SyncSender<Vec<u8>>,
+) {
+    let mut stop = io.stop.subscribe();
+    let mut left = Vec::new();
+    loop {
+        let bytes = tokio::select! {
+            biased;
+            _ = stopped(&mut stop) => break,
+            bytes = rx.recv() => match bytes {
+                Some(b) => b,
+                None => break,
+            },
+        };
+        let (written, failed) = io.write_all(&bytes, &mut stop).await;
+        pending.fetch_sub(bytes.len(), Ordering::AcqRel);
+        if let Some(failed) = failed {
+            if let Some(e) = failed {
+                tracing::debug!(error = %e, "pty writer stopped");
+            }
+            left.extend_from_slice(&bytes[written..]);
+            break;
+        }
+    }
+    while let Ok(more) = rx.try_recv() {
+        pending.fetch_sub(more.len(), Ordering::AcqRel);
+        left.extend_from_slice(&more);
+    }
+    if !io.is_suspending() {
+        left = Vec::new();
+    }
+    let _ = done.send(left);
+}
