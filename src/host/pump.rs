@@ -1,9 +1,9 @@
-//! The per-terminal task that moves [`TerminalEvent`]s from the pty threads into the host.
+//! The per-terminal task that moves [`TerminalEvent`]s from the terminal's reader and waiter into the host.
 //!
 //! Three jobs:
 //! - **Backpressure.** Before taking more output it asks the flow-control policy
 //!   (`flow.rs`) whether the terminal may read on. When it may not, the pump stops taking
-//!   events; the hand-off from the reader thread fills, the reader stops reading the pty, and
+//!   events; the hand-off from the reader task fills, the reader stops reading the pty, and
 //!   the program blocks in `write` as in a real terminal. It sleeps until one of *its own*
 //!   subscribers drains, its subscribers change, or a grace period ends — never on a timer
 //!   tick or on another terminal's progress.
@@ -52,7 +52,7 @@ pub const FLOOD_BYTES: usize = 2048;
 pub const MERGE_WINDOW: Duration = Duration::from_millis(2);
 
 /// While merging, the pump takes waiting output once this much is there (well under the
-/// hand-off's capacity, so the reader thread never waits for a merging pump).
+/// hand-off's capacity, so the reader task never waits for a merging pump).
 pub const WAKE_BYTES: usize = 32 * 1024;
 
 /// Where the terminal's program is, as far as `terminal/exited` is concerned.
@@ -109,8 +109,8 @@ pub(super) struct Parked {
     pub state: PumpState,
 }
 
-/// Runs the pump of the terminal at `uri` numbered `serial` until its events end (the pty
-/// threads are gone) — see the module docs.
+/// Runs the pump of the terminal at `uri` numbered `serial` until its events end (the reader and
+/// waiter are gone) — see the module docs.
 pub(super) async fn run(
     host: Arc<Host>,
     uri: String,

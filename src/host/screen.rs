@@ -54,8 +54,9 @@ pub const MAX_PENDING_BYTES: usize = 8 * 1024 * 1024;
 
 /// Model jobs that run at once in the daemon, each on a thread of the blocking pool: as many
 /// as there are cores on the machines ahpty is measured on. More would not finish sooner, and
-/// every thread that ran one keeps its own stack and allocator arena (tens of KiB each), which
-/// with a job per terminal showed in the idle memory per terminal.
+/// each extra thread keeps a stack and an allocator arena of its own. A cursor report whose
+/// job waits for a permit is answered that much later (jobs take milliseconds; one that
+/// catches up on megabytes of output that cannot be skipped takes up to about a second).
 pub const MODEL_JOBS: usize = 2;
 
 /// Most resizes remembered between the model and the live stream (older ones are applied to
