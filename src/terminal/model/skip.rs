@@ -34,32 +34,63 @@ const MAX_PARAM_DIGITS: usize = 5;
 /// Where the longest run of simple output (see the module docs) at the end of `b` starts: a
 /// sequence boundary.
 pub fn simple_suffix_start(b: &[u8]) -> usize {
-    let mut i = b.len();
-    while i > 0 {
-        let c = b[i - 1];
-        if c == b'm' || c == b'K' {
-            let mut j = i - 1;
-            while j > 0
-                && (b[j - 1].is_ascii_digit() || (c == b'm' && matches!(b[j - 1], b';' | b':')))
-            {
-                j -= 1;
-            }
-            if j >= 2 && b[j - 1] == b'[' && b[j - 2] == 0x1b {
-                i = j - 2;
-                continue;
-            }
-            i -= 1;
+    let mut end = b.len();
+    while let Some(i) = last_control(&b[..end]) {
+        if b[i] == 0x1b && is_simple_csi(&b[i..]) {
+            end = i;
             continue;
         }
-        let simple = c >= 0x20 && c != 0x7f || matches!(c, b'\r' | b'\n' | b'\t' | 0x08);
-        if !simple {
-            // `c` may begin (ESC) or end (BEL, …) a sequence: the run starts after the whole
-            // token `c` belongs to.
-            return token_end(b, i - 1);
-        }
-        i -= 1;
+        // `b[i]` may begin (ESC) or end (BEL, …) a sequence: the run starts after the whole
+        // token it belongs to.
+        return token_end(b, i);
     }
     0
+}
+
+/// A byte a simple run may hold outside its SGR and EL sequences.
+fn is_simple_byte(c: u8) -> bool {
+    (c >= 0x20 && c != 0x7f) || matches!(c, b'\r' | b'\n' | b'\t' | 0x08)
+}
+
+/// The last byte of `b` that is not [`is_simple_byte`]: eight bytes are checked at a time for
+/// a C0 control or DEL (plain text has a CR LF a line, so most words hold neither).
+fn last_control(b: &[u8]) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let mut i = b.len();
+    while i >= 8 {
+        let w = b[i - 8..i].try_into().map_or(0, u64::from_le_bytes);
+        let below_space = w.wrapping_sub(ONES * 0x20) & !w & HIGH;
+        let x = w ^ (ONES * 0x7f);
+        let del = x.wrapping_sub(ONES) & !x & HIGH;
+        if below_space | del != 0 {
+            if let Some(k) = (i - 8..i).rev().find(|&k| !is_simple_byte(b[k])) {
+                return Some(k);
+            }
+        }
+        i -= 8;
+    }
+    (0..i).rev().find(|&k| !is_simple_byte(b[k]))
+}
+
+/// `b` starts with an SGR (`ESC [` digits, `;`, `:` then `m`) or an EL (`ESC [` digits then
+/// `K`).
+fn is_simple_csi(b: &[u8]) -> bool {
+    if b.get(1) != Some(&b'[') {
+        return false;
+    }
+    let body = &b[2..];
+    let Some(p) = body
+        .iter()
+        .position(|&c| !matches!(c, b'0'..=b'9' | b';' | b':'))
+    else {
+        return false;
+    };
+    match body[p] {
+        b'm' => true,
+        b'K' => body[..p].iter().all(u8::is_ascii_digit),
+        _ => false,
+    }
 }
 
 /// The end of the token that starts at `at`: after an escape sequence that begins there (the
@@ -332,6 +363,44 @@ fn mark(painted: &mut [(u64, usize)], gen: u64, row: usize, line: usize, done: &
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The run's start by its definition, one byte at a time from the end.
+    fn simple_start_bytewise(b: &[u8]) -> usize {
+        let mut i = b.len();
+        while i > 0 {
+            let c = b[i - 1];
+            if c == b'm' || c == b'K' {
+                let mut j = i - 1;
+                while j > 0
+                    && (b[j - 1].is_ascii_digit() || (c == b'm' && matches!(b[j - 1], b';' | b':')))
+                {
+                    j -= 1;
+                }
+                if j >= 2 && b[j - 1] == b'[' && b[j - 2] == 0x1b {
+                    i = j - 2;
+                    continue;
+                }
+            } else if !is_simple_byte(c) {
+                return token_end(b, i - 1);
+            }
+            i -= 1;
+        }
+        0
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(500))]
+
+        #[test]
+        fn the_simple_run_is_found_eight_bytes_at_a_time(
+            bytes in proptest::collection::vec(proptest::sample::select(vec![
+                b'a', b' ', b'1', b';', b':', b'm', b'K', b'[', b']', b'H', 0x1b, b'\r', b'\n',
+                b'\t', 0x08, 0x07, 0x7f, 0x00, 0x1f, 0x9b, 0xc3, 0xa9,
+            ]), 0..64),
+        ) {
+            proptest::prop_assert_eq!(simple_suffix_start(&bytes), simple_start_bytewise(&bytes));
+        }
+    }
 
     #[test]
     fn net_pen_keeps_what_follows_the_last_reset() {
