@@ -184,6 +184,33 @@ pub fn check_settings(config: &Config) -> Result<Vec<String>, String> {
     Ok(warnings)
 }
 
+/// A live-upgrade mechanism for the accept loop to serve. `crate::upgrade` implements it: it
+/// sits above the server and takes the server's state through [`handover`], so the server
+/// only knows this trait. The loop waits for [`requested`](Self::requested) beside its
+/// accepts, then runs [`perform`](Self::perform) with no accept in progress (connections
+/// wait in the backlog).
+pub trait LiveUpgrades: Send {
+    /// Resolves once an upgrade that passed its pre-flight waits to be performed (never, if
+    /// none comes). Cancel-safe: the request stays waiting.
+    fn requested(&mut self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>>;
+
+    /// Performs the waiting upgrade (returns at once if none waits). `stop_requested` tells
+    /// whether a shutdown was asked for meanwhile. Returns only if the old image serves on.
+    fn perform<'a>(
+        &'a mut self,
+        server: &'a Server,
+        stop_requested: &'a mut dyn FnMut() -> bool,
+    ) -> Pin<Box<dyn Future<Output = ()> + 'a>>;
+}
+
+/// The next upgrade request (never, without an upgrade mechanism).
+async fn upgrade_requested(upgrader: &mut Option<Box<dyn LiveUpgrades>>) {
+    match upgrader {
+        Some(u) => u.requested().await,
+        None => std::future::pending().await,
+    }
+}
+
 /// A bound, not yet running, daemon.
 pub struct Server {
     listeners: Vec<Listener>,
@@ -192,16 +219,16 @@ pub struct Server {
     token: Option<Token>,
     generated_token: bool,
     /// Live upgrades on SIGUSR2 (see [`Server::with_upgrades`]).
-    upgrader: Option<crate::upgrade::Upgrader>,
+    upgrader: Option<Box<dyn LiveUpgrades>>,
     /// The connect URLs with the generated token were withheld (stdout is the journal).
     token_withheld: bool,
 }
 
 impl Server {
     /// Serves live upgrades: on SIGUSR2 the daemon re-executes its binary in place and hands
-    /// its state over (see [`crate::upgrade`]).
-    pub fn with_upgrades(mut self, upgrader: crate::upgrade::Upgrader) -> Self {
-        self.upgrader = Some(upgrader);
+    /// its state over (`crate::upgrade` implements [`LiveUpgrades`]).
+    pub fn with_upgrades(mut self, upgrader: impl LiveUpgrades + 'static) -> Self {
+        self.upgrader = Some(Box::new(upgrader));
         self
     }
 
@@ -374,10 +401,10 @@ impl Server {
             tokio::select! {
                 _ = &mut shutdown => break,
                 // No accept runs while an upgrade quiesces: connections wait in the backlog.
-                request = crate::upgrade::requested(&mut upgrader) => {
+                _ = upgrade_requested(&mut upgrader) => {
                     if let Some(u) = upgrader.as_mut() {
-                        let stop = || shutdown.as_mut().now_or_never().is_some();
-                        u.perform(&self, request, stop).await;
+                        let mut stop = || shutdown.as_mut().now_or_never().is_some();
+                        u.perform(&self, &mut stop).await;
                     }
                 }
                 ((i, accepted), _, _) = any_accept => match accepted {

@@ -31,9 +31,11 @@ mod rollback;
 mod sys;
 
 use std::ffi::OsString;
+use std::future::Future;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::time::{Duration, Instant};
 
 use tokio::signal::unix::{signal, Signal, SignalKind};
@@ -430,9 +432,11 @@ impl Inherited {
 
 /// Serves live upgrades: a task waits for SIGUSR2 and runs the pre-flight (while the daemon
 /// serves on); the server's accept loop takes each [`Request`] that passed it and performs
-/// the switch ([`Upgrader::perform`]).
+/// the switch (`Upgrader::switch`, through [`crate::server::LiveUpgrades`]).
 pub struct Upgrader {
     requests: tokio::sync::mpsc::Receiver<Request>,
+    /// A request taken off `requests`, to perform.
+    waiting: Option<Request>,
     install_path: PathBuf,
     args: Vec<OsString>,
     own_exe: Option<OwnedFd>,
@@ -624,6 +628,7 @@ impl Upgrader {
         );
         Ok(Upgrader {
             requests,
+            waiting: None,
             install_path,
             args,
             own_exe,
@@ -685,11 +690,11 @@ impl Upgrader {
     ///
     /// `stop_requested` tells whether SIGTERM or SIGINT arrived meanwhile (the old image's
     /// handler took it, so it is raised again, blocked, for the new image to stop on).
-    pub async fn perform(
+    async fn switch(
         &mut self,
         server: &Server,
         request: Request,
-        mut stop_requested: impl FnMut() -> bool,
+        stop_requested: &mut dyn FnMut() -> bool,
     ) {
         let host = server.host().clone();
         if let Err(reason) = host.begin_upgrade().await {
@@ -785,14 +790,30 @@ impl Upgrader {
     }
 }
 
-/// The next upgrade request of `upgrader` (never, without one). Cancel-safe.
-pub async fn requested(upgrader: &mut Option<Upgrader>) -> Request {
-    match upgrader {
-        Some(u) => match u.requests.recv().await {
-            Some(r) => r,
-            None => std::future::pending().await,
-        },
-        None => std::future::pending().await,
+impl crate::server::LiveUpgrades for Upgrader {
+    fn requested(&mut self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(async move {
+            if self.waiting.is_some() {
+                return;
+            }
+            // Cancel-safe: `recv` is, and the request is kept in the same poll it arrives in.
+            match self.requests.recv().await {
+                Some(r) => self.waiting = Some(r),
+                None => std::future::pending().await,
+            }
+        })
+    }
+
+    fn perform<'a>(
+        &'a mut self,
+        server: &'a Server,
+        stop_requested: &'a mut dyn FnMut() -> bool,
+    ) -> Pin<Box<dyn Future<Output = ()> + 'a>> {
+        Box::pin(async move {
+            if let Some(request) = self.waiting.take() {
+                self.switch(server, request, stop_requested).await;
+            }
+        })
     }
 }
 
