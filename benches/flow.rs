@@ -13,7 +13,7 @@
 //! Environment: `FLOW_BENCH_FILE_MIB` (default 256), `FLOW_BENCH_STALL_SECS` (60),
 //! `FLOW_BENCH_STALLED_SECS` (60), `FLOW_BENCH_IDLE_TERMINALS` (100), `FLOW_BENCH_FANOUT` (32),
 //! `FLOW_BENCH_SCALE` (256), `FLOW_BENCH_PAUSED` (256), `FLOW_BENCH_MODEL_MIB` (64),
-//! `FLOW_BENCH_MODEL_TERMINALS` (50), `FLOW_BENCH_PERSIST_CHATTY` (64). Each benchmark prints
+//! `FLOW_BENCH_MODEL_TERMINALS` (50), `FLOW_BENCH_SNAPSHOTS` (30), `FLOW_BENCH_PERSIST_CHATTY` (64). Each benchmark prints
 //! the daemon's pid on stderr (`daemon pid N: …`), so a profiler can be attached to it. The
 //! daemons run with their default settings, so with transcripts on, in the benchmark's
 //! temporary `$HOME`, unless a case says otherwise.
@@ -334,7 +334,8 @@ async fn model() {
     let mut delivered = Vec::new();
     let mut times = Vec::new();
     let mut snapshot_bytes = 0;
-    for _ in 0..30 {
+    let rounds = env_num("FLOW_BENCH_SNAPSHOTS", 30);
+    for _ in 0..rounds {
         let t0 = Instant::now();
         let id = v.send_request("subscribe", json!({"channel": t})).await;
         let tag = format!("\"id\":{id},");
