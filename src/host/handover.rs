@@ -26,7 +26,7 @@ use super::pump::{self, PumpState};
 use super::screen::{self, Screen, ScreenImage};
 use super::{persist, Host, TerminalEntry};
 use crate::config::Config;
-use crate::terminal::{self, Adopted, Pty, PtyMaster, ReaderCarry};
+use crate::terminal::{self, Adopted, Pty, PtyMaster, ReaderCarry, Reaping};
 
 /// WebSocket close code sent to every client when the daemon restarts for a live upgrade
 /// (RFC 6455 §7.4.1 "Service Restart"): reconnect, with `reconnect` and the last `serverSeq`.
@@ -231,7 +231,11 @@ impl Host {
                 (Some(p), Some(_)) => (Some(p.pid()), p.exit_status()),
                 // Restored (no process), or its pty could not be handed over.
                 (Some(_), None) => continue,
-                (None, _) => (None, None),
+                (None, _) => (None, Reaping::Pending),
+            };
+            let (reaped, exit_code) = match exit {
+                Reaping::Pending => (false, None),
+                Reaping::Reaped { code } => (true, code),
             };
             terminals.push(TerminalImage {
                 uri,
@@ -247,8 +251,8 @@ impl Host {
                 created_ms: t.created_ms,
                 pid,
                 pty,
-                reaped: exit.is_some(),
-                exit_code: exit.flatten(),
+                reaped,
+                exit_code,
                 input,
                 reader: parked.reader,
                 pump: parked.state,
@@ -326,7 +330,11 @@ impl Host {
                     pid,
                     master,
                     input: std::mem::take(&mut t.input),
-                    exit: t.reaped.then_some(t.exit_code),
+                    exit: if t.reaped {
+                        Reaping::Reaped { code: t.exit_code }
+                    } else {
+                        Reaping::Pending
+                    },
                     carry: std::mem::take(&mut t.reader),
                 })?;
                 let mut state = std::mem::take(&mut t.pump);

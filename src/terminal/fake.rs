@@ -146,8 +146,8 @@ impl Pty for FakePty {
         self.events.lock().take();
     }
 
-    fn exit_status(&self) -> Option<Option<i64>> {
-        None
+    fn exit_status(&self) -> super::Reaping {
+        super::Reaping::Pending
     }
 
     fn suspend(&self) -> io::Result<(std::os::fd::OwnedFd, Vec<u8>)> {

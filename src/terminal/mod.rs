@@ -30,7 +30,7 @@ use std::time::Duration;
 use ahp_types::actions::StateAction;
 
 pub use output::{EventReceiver, EventSender, OutputPipeline, PipelineCarry};
-pub use process::{InputError, PtyProcess, SpawnRequest};
+pub use process::{InputError, PtyProcess, Reaping, SpawnRequest};
 pub use pty_io::PtyReader;
 pub use pty_master::PtyMaster;
 
@@ -94,7 +94,7 @@ pub struct Adopted {
     /// Input not yet written to the pty.
     pub input: Vec<u8>,
     /// The exit code if the old image had already reaped the process.
-    pub exit: Option<Option<i64>>,
+    pub exit: Reaping,
     /// The reader's state.
     pub carry: ReaderCarry,
 }
@@ -116,9 +116,9 @@ pub trait Pty: Send + Sync {
     /// Ends every process of the session (SIGHUP, then SIGKILL after `grace`) and lets go of
     /// the pty. Blocking: call it from a blocking thread.
     fn kill_session(&self, grace: Duration);
-    /// The exit code if the program was already reaped (`Some(None)`: status unknown), for a
-    /// live upgrade's hand-over.
-    fn exit_status(&self) -> Option<Option<i64>>;
+    /// Whether the program was already reaped, and its exit code, for a live upgrade's
+    /// hand-over.
+    fn exit_status(&self) -> Reaping;
     /// Suspends the terminal for a live upgrade (docs/upgrade.md): stops its writer and
     /// reader (the reader's last event is [`TerminalEvent::Suspended`]) and returns a
     /// close-on-exec duplicate of the pty master and the input not yet written, in order. The
@@ -186,7 +186,7 @@ fn run(
 ) -> io::Result<(Arc<PtyProcess>, EventReceiver)> {
     let pid = process.pid();
     let (tx, rx) = output::channel(output::PENDING_OUTPUT_BYTES);
-    if process.exit_status().is_none() {
+    if process.exit_status() == Reaping::Pending {
         let slot = process.exit_slot();
         let waiter_tx = tx.clone();
         std::thread::Builder::new()

@@ -77,9 +77,18 @@ pub struct PtyProcess {
     exit: ExitSlot,
 }
 
-/// Where a terminal's waiter records the exit code of the process it reaped: `None` while
-/// it runs, `Some(code)` once reaped (`Some(None)` if the status could not be read).
-pub type ExitSlot = Arc<Mutex<Option<Option<i64>>>>;
+/// Whether a terminal's program has been reaped, and with what exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reaping {
+    /// Not reaped yet: it runs, or it exited and its waiter has not reaped it.
+    Pending,
+    /// Reaped; `code` is its exit code (`128 + signal` for a signal death), `None` if the
+    /// status could not be read.
+    Reaped { code: Option<i64> },
+}
+
+/// Where a terminal's waiter records the [`Reaping`] of its program.
+pub type ExitSlot = Arc<Mutex<Reaping>>;
 
 /// Held for reading while a waiter reaps a child and records its status; taken for writing,
 /// for good, by a live upgrade just before `execve`, so that no status is reaped and then
@@ -165,7 +174,7 @@ impl PtyProcess {
         let master = PtyMaster::dup_from(master_fd)
             .map_err(|e| io::Error::new(e.kind(), format!("cannot use the pty: {e}")))?;
         drop(pair.master);
-        Self::with_master(pid, master, Vec::new(), None)
+        Self::with_master(pid, master, Vec::new(), Reaping::Pending)
     }
 
     /// A process this daemon already runs on the pty `master`, handed over by a live
@@ -176,7 +185,7 @@ impl PtyProcess {
         pid: i32,
         master: PtyMaster,
         input: Vec<u8>,
-        exit: Option<Option<i64>>,
+        exit: Reaping,
     ) -> io::Result<(PtyProcess, PtyReader)> {
         Self::with_master(pid, master, input, exit)
     }
@@ -185,7 +194,7 @@ impl PtyProcess {
         pid: i32,
         master: PtyMaster,
         input: Vec<u8>,
-        exit: Option<Option<i64>>,
+        exit: Reaping,
     ) -> io::Result<(PtyProcess, PtyReader)> {
         let io = PtyIo::new(master)
             .map_err(|e| io::Error::new(e.kind(), format!("cannot use the pty: {e}")))?;
@@ -227,7 +236,7 @@ impl PtyProcess {
 
 impl super::Pty for PtyProcess {
     /// The exit code if the process was reaped (`Some(None)`: status unknown).
-    fn exit_status(&self) -> Option<Option<i64>> {
+    fn exit_status(&self) -> Reaping {
         *self.exit.lock()
     }
 
@@ -540,7 +549,7 @@ pub fn wait_exit(pid: i32, slot: &ExitSlot) -> Option<i64> {
         Err(p) => p.into_inner(),
     };
     let code = reap(pid);
-    *slot.lock() = Some(code);
+    *slot.lock() = Reaping::Reaped { code };
     code
 }
 
