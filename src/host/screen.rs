@@ -689,7 +689,7 @@ pub const MEMORY_TRIM_DELAY: std::time::Duration = std::time::Duration::from_sec
 /// holds to the OS (`malloc_trim(3)`, glibc only). A burst of output leaves free but retained
 /// heap behind (the content's growth, the envelopes, a job's copy of the text, avt's grids);
 /// without this an idle terminal that once printed a screenful of full-screen output kept
-/// about a third more resident memory. Ends with the host.
+/// about a third more resident memory. Returns at its first wake-up after the host is gone.
 async fn give_back_memory(host: std::sync::Weak<Host>) {
     loop {
         let Some(trim) = host.upgrade().map(|h| h.memory_trim.clone()) else {
