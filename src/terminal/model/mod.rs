@@ -172,6 +172,12 @@ impl Model {
     /// and the emulation of the last screenful, and the state is exactly what a full feed
     /// gives.
     pub fn feed(&mut self, text: &str) {
+        if skip::has_c1_control(text.as_bytes()) {
+            // avt reads C1 controls (U+0080–U+009F: CSI as U+009B, …) as controls, which
+            // neither skip-ahead follows: no skipping in such a batch.
+            self.feed_exact(text);
+            return;
+        }
         let start = skip::simple_suffix_start(text.as_bytes());
         self.feed_repainting(&text[..start]);
         let simple = &text[start..];
@@ -361,7 +367,7 @@ mod tests {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(400))]
 
         /// Whatever the output, skipping ahead gives the state a full feed gives, in one feed
-        /// or split anywhere into several.
+        /// or split into two at a sequence boundary (where the host's batches end).
         #[test]
         fn skipping_ahead_is_exact(
             before in proptest::collection::vec(piece(), 0..40),
@@ -380,9 +386,10 @@ mod tests {
                 text.push_str(&frames.concat());
             }
             let mut skipping = model(12, 5);
+            // Split where the host may end a batch: on a sequence boundary (before an ESC).
             let mut split_at = split % (text.len() + 1);
-            while !text.is_char_boundary(split_at) {
-                split_at -= 1;
+            while split_at < text.len() && text.as_bytes()[split_at] != 0x1b {
+                split_at += 1;
             }
             skipping.feed(&text[..split_at]);
             skipping.feed(&text[split_at..]);
@@ -394,6 +401,86 @@ mod tests {
             proptest::prop_assert_eq!(skipping.vt.dump(), full.vt.dump());
             proptest::prop_assert_eq!(skipping.modes(), full.modes());
         }
+    }
+
+    /// Feeds `text` with skipping and without, and compares avt's dumps.
+    fn assert_skip_exact(cols: u16, rows: u16, text: &str) {
+        let mut skipping = model(cols, rows);
+        skipping.feed(text);
+        let mut full = model(cols, rows);
+        full.feed_exact(text);
+        assert_eq!(skipping.vt.dump(), full.vt.dump(), "{text:?}");
+    }
+
+    fn plain_lines(n: usize) -> String {
+        (0..n).map(|i| format!("line{i}\r\n")).collect::<String>() + "end"
+    }
+
+    #[test]
+    fn skip_is_exact_c1_csi_sgr_in_scrolled_away_lines() {
+        // U+009B is CSI to avt; the simple run takes its bytes for text and net_pen misses it.
+        assert_skip_exact(20, 3, &format!("\u{9b}1m{}", plain_lines(10)));
+    }
+
+    #[test]
+    fn skip_is_exact_c1_csi_cursor_up_in_scrolled_away_lines() {
+        // A C1 CUU inside the "simple" run moves the cursor up, so later lines land elsewhere.
+        // Six line feeds follow the cut, but each comes after a C1 CUU to the top row, so the
+        // skipped lines stay on the screen in a full feed.
+        let text = format!("pre0\r\npre1\r\npre2\r\n{}", "\u{9b}9A\r\n".repeat(6));
+        assert_skip_exact(20, 3, &text);
+    }
+
+    #[test]
+    fn skip_is_exact_c1_decstbm_unseen_by_the_tracker() {
+        // avt sets a scroll region from a C1 CSI; the mode tracker (vte) does not see it, so the
+        // scroll-away skip drops a line above the region that a full feed keeps.
+        assert_skip_exact(20, 5, &format!("\u{9b}2;4r\x1b[1;1H{}", plain_lines(12)));
+    }
+
+    #[test]
+    fn skip_is_exact_esc_esc_csi_before_scrolled_away_lines() {
+        // token_end takes `ESC ESC [` for one whole sequence; avt is in a CSI after it, so the
+        // "simple" run starts inside a CSI (`31m` is its end, an SGR).
+        assert_skip_exact(20, 3, &format!("\x1b\x1b[31m{}", plain_lines(10)));
+    }
+
+    #[test]
+    fn skip_is_exact_cup_param_wrapping_in_avt() {
+        // CUP 65537 is row 1 to avt (u16 wrap), the last row to the repaint scan.
+        let f1 = "\x1b[1;1Hold1\x1b[K\x1b[2;1Hold2\x1b[K\x1b[3;1Hold3\x1b[K";
+        let f2 = "\x1b[1;1Hnew1\x1b[K\x1b[2;1Hnew2\x1b[K\x1b[65537;1Hnew3\x1b[K";
+        // (A final CUP keeps the last row's painting out of the scroll-away suffix.)
+        assert_skip_exact(12, 3, &format!("{f1}{f2}\x1b[1;1H"));
+    }
+
+    #[test]
+    fn skip_is_exact_combining_mark_after_a_csi_final() {
+        // feed_exact composes "A\u{301}" into "Á", which ends the CSI as an unknown final; the
+        // skipping feed cuts the text between them (the simple suffix starts at U+0301), so
+        // avt runs CUU 3.
+        assert_skip_exact(10, 5, "\x1b[5;1H\x1b[3A\u{301}");
+    }
+
+    #[test]
+    fn skip_is_exact_unterminated_csi_then_sgr_before_scrolled_away_lines() {
+        // token_end reads past the ESC that ends `ESC [ 5 ;` up to the next `[`, so the simple
+        // run starts inside the SGR `ESC [ 0 ; 44 m` and its pen is lost.
+        assert_skip_exact(20, 3, &format!("\x1b[5;\x1b[0;44m{}", plain_lines(10)));
+    }
+
+    #[test]
+    fn skip_is_exact_c0_inside_a_csi_before_scrolled_away_lines() {
+        // VT (executed inside a CSI) is the last non-simple byte: the simple run starts inside
+        // the CSI, whose final is then a letter of the first line after the cut.
+        assert_skip_exact(20, 3, &format!("\x1b[\x0b31m{}", plain_lines(10)));
+    }
+
+    #[test]
+    fn skip_is_exact_c0_inside_an_unterminated_osc_before_plain_lines() {
+        // The simple run starts inside the OSC (after the NUL): the skipped lines are missing
+        // from the OSC avt holds (its dump carries the parser state).
+        assert_skip_exact(20, 3, &format!("\x1b]2;\x00{}", plain_lines(10)));
     }
 
     #[test]

@@ -41,10 +41,68 @@ pub fn simple_suffix_start(b: &[u8]) -> usize {
             continue;
         }
         // `b[i]` may begin (ESC) or end (BEL, …) a sequence: the run starts after the whole
-        // token it belongs to.
-        return token_end(b, i);
+        // token it belongs to — when that token is one a parser reads the same way. A run
+        // that would start inside a malformed or unterminated sequence, or on a character
+        // that composes with the one before it, is no run at all.
+        let start = token_end(b, i);
+        let token = match b[i] {
+            0x1b => Some(i),
+            _ => memchr::memrchr(0x1b, &b[..i]),
+        };
+        if let Some(e) = token {
+            if well_formed_end(b, e).is_none_or(|end| end > start) {
+                return b.len();
+            }
+        }
+        let composes = std::str::from_utf8(&b[start..])
+            .ok()
+            .and_then(|t| t.chars().next())
+            .is_some_and(super::is_zero_width);
+        return if composes { b.len() } else { start };
     }
     0
+}
+
+/// The end of the escape sequence at `b[e]` (an ESC) when it is one every parser delimits as
+/// [`token_end`] does: a CSI of parameter and intermediate bytes then a final byte, an OSC or
+/// other control string of printable bytes (or UTF-8) ended by BEL or ST, or an ESC sequence
+/// of intermediates then a final byte. `None` for anything else (a C0 control or an ESC
+/// inside, unterminated).
+fn well_formed_end(b: &[u8], e: usize) -> Option<usize> {
+    let kind = *b.get(e + 1)?;
+    let body = e + 2;
+    match kind {
+        b'[' => {
+            let n = b
+                .get(body..)?
+                .iter()
+                .position(|c| !(0x20..=0x3f).contains(c))?;
+            (0x40..=0x7e).contains(&b[body + n]).then_some(body + n + 1)
+        }
+        b']' | b'P' | b'X' | b'^' | b'_' => {
+            let n = b.get(body..)?.iter().position(|&c| c < 0x20 || c == 0x7f)?;
+            match b[body + n] {
+                0x07 if kind == b']' => Some(body + n + 1),
+                0x1b if b.get(body + n + 1) == Some(&b'\\') => Some(body + n + 2),
+                _ => None,
+            }
+        }
+        0x20..=0x7e => {
+            let n = b
+                .get(e + 1..)?
+                .iter()
+                .position(|c| !(0x20..=0x2f).contains(c))?;
+            (0x30..=0x7e)
+                .contains(&b[e + 1 + n])
+                .then_some(e + 1 + n + 1)
+        }
+        _ => None,
+    }
+}
+
+/// Whether `b` (UTF-8) holds a C1 control character, U+0080–U+009F (`C2 80`–`C2 9F`).
+pub fn has_c1_control(b: &[u8]) -> bool {
+    memchr::memchr_iter(0xc2, b).any(|i| b.get(i + 1).is_some_and(|c| (0x80..=0x9f).contains(c)))
 }
 
 /// A byte a simple run may hold outside its SGR and EL sequences.
@@ -266,7 +324,8 @@ fn param(p: &[u8]) -> Option<usize> {
     let v = p
         .iter()
         .fold(0usize, |v, &d| v * 10 + usize::from(d - b'0'));
-    Some(v.max(1))
+    // avt keeps parameters in 16 bits (65537 is 1 to it): larger values end the run.
+    (v <= usize::from(u16::MAX)).then_some(v.max(1))
 }
 
 /// The first repaint run in `text` from `from` on (on a screen of `cols` × `rows`) that has a
@@ -364,41 +423,18 @@ fn mark(painted: &mut [(u64, usize)], gen: u64, row: usize, line: usize, done: &
 mod tests {
     use super::*;
 
-    /// The run's start by its definition, one byte at a time from the end.
-    fn simple_start_bytewise(b: &[u8]) -> usize {
-        let mut i = b.len();
-        while i > 0 {
-            let c = b[i - 1];
-            if c == b'm' || c == b'K' {
-                let mut j = i - 1;
-                while j > 0
-                    && (b[j - 1].is_ascii_digit() || (c == b'm' && matches!(b[j - 1], b';' | b':')))
-                {
-                    j -= 1;
-                }
-                if j >= 2 && b[j - 1] == b'[' && b[j - 2] == 0x1b {
-                    i = j - 2;
-                    continue;
-                }
-            } else if !is_simple_byte(c) {
-                return token_end(b, i - 1);
-            }
-            i -= 1;
-        }
-        0
-    }
-
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(500))]
 
         #[test]
-        fn the_simple_run_is_found_eight_bytes_at_a_time(
+        fn the_last_control_is_found_eight_bytes_at_a_time(
             bytes in proptest::collection::vec(proptest::sample::select(vec![
                 b'a', b' ', b'1', b';', b':', b'm', b'K', b'[', b']', b'H', 0x1b, b'\r', b'\n',
                 b'\t', 0x08, 0x07, 0x7f, 0x00, 0x1f, 0x9b, 0xc3, 0xa9,
             ]), 0..64),
         ) {
-            proptest::prop_assert_eq!(simple_suffix_start(&bytes), simple_start_bytewise(&bytes));
+            let bytewise = (0..bytes.len()).rev().find(|&k| !is_simple_byte(bytes[k]));
+            proptest::prop_assert_eq!(last_control(&bytes), bytewise);
         }
     }
 
