@@ -440,14 +440,7 @@ impl Framer {
                 } else {
                     self.finalize(kind, buf, None, perform);
                     // The ESC starts a new sequence; vte already saw ESC and `b`.
-                    self.decoder.finish_into(&mut self.text);
-                    self.started += 1;
-                    self.buf.clear();
-                    self.buf.push(ESC);
-                    self.mode = Mode::Seq {
-                        kind: Kind::Esc,
-                        esc_intermediate: false,
-                    };
+                    self.start_seq_after_esc();
                     self.after_esc_byte(b, false, perform);
                 }
                 1

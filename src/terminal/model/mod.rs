@@ -80,9 +80,6 @@ pub struct Model {
     vte: vte::Parser,
     cols: u16,
     rows: u16,
-    /// The repaint scan's per-row bookkeeping, kept between feeds (see [`skip::next_repaint`]).
-    painted: Vec<(u64, usize)>,
-    generation: u64,
 }
 
 fn clamp_size(cols: u16, rows: u16) -> (u16, u16) {
@@ -109,8 +106,6 @@ impl Model {
             vte: vte::Parser::new(),
             cols: frozen.cols,
             rows: frozen.rows,
-            painted: Vec::new(),
-            generation: 0,
         }
     }
 
@@ -195,10 +190,11 @@ impl Model {
     /// [`skip::next_repaint`]) where the modes let a CUP and printing behave as it assumes.
     fn feed_repainting(&mut self, text: &str) {
         let (cols, rows) = (usize::from(self.cols), usize::from(self.rows));
-        let mut painted = std::mem::take(&mut self.painted);
+        // The scan's per-row bookkeeping, shared by the runs of this feed.
+        let (mut painted, mut generation) = (Vec::new(), 0);
         let mut at = 0;
         while let Some((start, cut)) =
-            skip::next_repaint(text, at, cols, rows, &mut painted, &mut self.generation)
+            skip::next_repaint(text, at, cols, rows, &mut painted, &mut generation)
         {
             self.feed_exact(&text[at..start]);
             let m = &self.tracker.modes;
@@ -209,7 +205,6 @@ impl Model {
             }
             at = cut;
         }
-        self.painted = painted;
         self.feed_exact(&text[at..]);
     }
 

@@ -27,8 +27,8 @@ use unicode_width::UnicodeWidthChar;
 /// Longest SGR recognised as a reset in [`net_pen`] (longer ones are applied as they are).
 const MAX_RESET_SGR_BYTES: usize = 32;
 
-/// Largest CUP parameter read (larger values are clamped by the terminal anyway; a longer
-/// digit string ends a repaint run).
+/// Longest CUP parameter read, in digits (a longer one, or a value above 65535, which avt
+/// keeps in 16 bits and so wraps, ends a repaint run).
 const MAX_PARAM_DIGITS: usize = 5;
 
 /// Where the longest run of simple output (see the module docs) at the end of `b` starts: a
@@ -40,20 +40,24 @@ pub fn simple_suffix_start(b: &[u8]) -> usize {
             end = i;
             continue;
         }
-        // `b[i]` may begin (ESC) or end (BEL, …) a sequence: the run starts after the whole
-        // token it belongs to — when that token is one a parser reads the same way. A run
-        // that would start inside a malformed or unterminated sequence, or on a character
-        // that composes with the one before it, is no run at all.
-        let start = token_end(b, i);
-        let token = match b[i] {
-            0x1b => Some(i),
-            _ => memchr::memrchr(0x1b, &b[..i]),
-        };
-        if let Some(e) = token {
-            if well_formed_end(b, e).is_none_or(|end| end > start) {
-                return b.len();
+        // The run starts after the token `b[i]` belongs to: the sequence an ESC begins, or a
+        // control that ends one (BEL) or stands alone. A run that would start inside a
+        // malformed or unterminated sequence, or on a character that composes with the one
+        // before it, is no run at all.
+        let start = match b[i] {
+            0x1b => match well_formed_end(b, i) {
+                Some(end) => end,
+                None => return b.len(),
+            },
+            _ => {
+                let inside = memchr::memrchr(0x1b, &b[..i])
+                    .is_some_and(|e| well_formed_end(b, e).is_none_or(|end| end > i + 1));
+                if inside {
+                    return b.len();
+                }
+                i + 1
             }
-        }
+        };
         let composes = std::str::from_utf8(&b[start..])
             .ok()
             .and_then(|t| t.chars().next())
@@ -63,8 +67,8 @@ pub fn simple_suffix_start(b: &[u8]) -> usize {
     0
 }
 
-/// The end of the escape sequence at `b[e]` (an ESC) when it is one every parser delimits as
-/// [`token_end`] does: a CSI of parameter and intermediate bytes then a final byte, an OSC or
+/// The end of the escape sequence at `b[e]` (an ESC) when it is one every parser delimits the
+/// same way: a CSI of parameter and intermediate bytes then a final byte, an OSC or
 /// other control string of printable bytes (or UTF-8) ended by BEL or ST, or an ESC sequence
 /// of intermediates then a final byte. `None` for anything else (a C0 control or an ESC
 /// inside, unterminated).
