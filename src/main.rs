@@ -27,6 +27,18 @@ use tracing_subscriber::EnvFilter;
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+/// jemalloc's options, read when it starts: freed pages go back to the OS within about a
+/// second (`dirty_decay_ms`) rather than jemalloc's default of ten, and without the lazy
+/// "muzzy" stage, so the resident memory a burst leaves behind — a flood beside a stalled
+/// viewer, a large snapshot — falls back within a second or two. `_RJEM_MALLOC_CONF` in the
+/// environment overrides them (jemalloc's own syntax, see jemalloc(3) "TUNING").
+#[allow(non_upper_case_globals)]
+#[export_name = "_rjem_malloc_conf"]
+static malloc_conf: Option<&'static std::ffi::c_char> =
+    // SAFETY: a pointer to the first byte of a NUL-terminated static string, which is what
+    // jemalloc reads this symbol as (`const char *`).
+    Some(unsafe { &*c"dirty_decay_ms:1000,muzzy_decay_ms:0".as_ptr() });
+
 /// Serve Agent Host Protocol (AHP) 1.0 terminals over WebSocket.
 #[derive(Parser)]
 #[command(name = "ahpty", version, about, long_about = TOP_ABOUT, after_help = TOP_AFTER_HELP)]

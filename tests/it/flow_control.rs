@@ -10,8 +10,11 @@ use futures_util::SinkExt;
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
-/// Daemon RSS bound asserted while a client is stalled under a flood.
-const RSS_BOUND: u64 = 64 * 1024 * 1024;
+/// Daemon RSS bound asserted while a client is stalled under a flood (a debug build). The
+/// daemon's allocator keeps pages freed in the last second for reuse (jemalloc's dirty decay,
+/// `src/main.rs`): under a debug build's flood that is 10–30 MiB on top of 40–50 MiB in use.
+/// A queue that grew with the flood instead of being bounded would pass this within seconds.
+const RSS_BOUND: u64 = 96 * 1024 * 1024;
 
 /// A small receive buffer for clients that stop reading, so the kernel holds little.
 const SMALL_RCVBUF: u32 = 16 * 1024;
@@ -272,6 +275,7 @@ measured!(
             "the reading client got only {total} bytes: {windows:?}"
         );
         assert!(!d.stderr().contains("closing a stalled"), "{}", d.stderr());
+        eprintln!("daemon RSS peak {:.1} MiB", mib(max_rss));
         assert!(max_rss < RSS_BOUND, "daemon RSS {:.1} MiB", mib(max_rss));
 
         // Ctrl-C, then `echo`: the echoed line within 1 s.
