@@ -322,7 +322,7 @@ impl Writer {
 
     /// Rewrites `key`'s file from `meta`: a temporary file, synced, renamed over the old one.
     fn write_checkpoint(&mut self, key: &Key, meta: &Meta) {
-        let bytes = format::checkpoint(meta);
+        let checkpoint = format::Checkpoint::new(meta);
         let path = self.path(key);
         let tmp = self.terminals.join(format!("{}.tmp", key.file_name()));
         let written = (|| -> io::Result<()> {
@@ -332,7 +332,7 @@ impl Writer {
                 .truncate(true)
                 .mode(0o600)
                 .open(&tmp)?;
-            f.write_all(&bytes)?;
+            checkpoint.write_to(&mut f)?;
             f.sync_data()?;
             std::fs::rename(&tmp, &path)
         })();
@@ -344,7 +344,7 @@ impl Writer {
             return;
         }
         let exited = matches!(meta.state.lifecycle, TerminalLifecycleState::Exited(_));
-        let len = bytes.len() as u64;
+        let len = checkpoint.len() as u64;
         let old = self.files.insert(
             key.clone(),
             Transcript {
