@@ -1063,6 +1063,27 @@ fn disk_writes(pid: u32) -> (u64, u64) {
     (field(&io, "write_bytes:"), store)
 }
 
+/// CPU seconds (user + sys) of the daemon `pid`'s `ahpty-store` thread.
+fn store_cpu(pid: u32) -> f64 {
+    let tick = ticks_per_second() as f64;
+    let mut total = 0.0;
+    if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        for t in tasks.flatten() {
+            let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+            if comm.trim() != "ahpty-store" {
+                continue;
+            }
+            let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+            let f: Vec<&str> = stat[stat.rfind(')').map_or(0, |i| i + 1)..]
+                .split_whitespace()
+                .collect();
+            let field = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+            total += (field(11) + field(12)) / tick;
+        }
+    }
+    total
+}
+
 /// Bytes of the transcripts under a daemon's `$HOME` (the harness's XDG_STATE_HOME).
 fn transcript_bytes(home: &std::path::Path) -> u64 {
     std::fs::read_dir(home.join(".state/ahpty/terminals"))
@@ -1084,13 +1105,13 @@ async fn persist() {
     let path = file.to_str().unwrap().to_string();
     println!("\n## persist: `cat` of a {size} MiB file, transcripts off and on\n");
     println!(
-        "| run | MB/s | ratio to raw pty | daemon CPU ms per MB (user + sys) | store `write` bytes per MB | storage bytes per MB (`write_bytes`) | transcript on disk |"
+        "| run | MB/s | ratio to raw pty | daemon CPU ms per MB (user + sys) | … of which the store thread | store `write` bytes per MB | storage bytes per MB (`write_bytes`) | transcript on disk |"
     );
-    println!("|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|");
     for round in 0..2 {
         let (raw_bytes, _, raw_t) = raw_pty_read(&["cat", &path]);
         let raw = mb_per_s(raw_bytes, raw_t);
-        println!("| raw pty #{round} | {raw:.1} | 1.00 | | | | |");
+        println!("| raw pty #{round} | {raw:.1} | 1.00 | | | | | |");
         for on in [false, true] {
             let mut args = vec!["--no-shell-integration"];
             if !on {
@@ -1104,12 +1125,14 @@ async fn persist() {
             let before = c.data_len.get(&t).copied().unwrap_or(0);
             let (u0, s0) = cpu_secs(d.pid());
             let (w0, st0) = disk_writes(d.pid());
+            let sc0 = store_cpu(d.pid());
             let t0 = Instant::now();
             c.type_text(&t, &format!("cat {path}; echo pe-end-$((40+2))\r"))
                 .await;
             c.wait_data(&t, "pe-end-42", Duration::from_secs(600)).await;
             let el = t0.elapsed();
             let (u1, s1) = cpu_secs(d.pid());
+            let sc1 = store_cpu(d.pid());
             // The last batch and its sync are at most 1.1 s behind.
             tokio::time::sleep(Duration::from_millis(1500)).await;
             let (w1, st1) = disk_writes(d.pid());
@@ -1117,12 +1140,13 @@ async fn persist() {
             let mb = bytes as f64 / 1e6;
             let rate = mb_per_s(bytes, el);
             println!(
-                "| ahpty #{round}, transcripts {} | {rate:.1} | **{:.2}** | **{:.2}** ({:.2} + {:.2}) | **{:.0}** | {:.0} | {:.2} MiB |",
+                "| ahpty #{round}, transcripts {} | {rate:.1} | **{:.2}** | **{:.2}** ({:.2} + {:.2}) | {:.2} | **{:.0}** | {:.0} | {:.2} MiB |",
                 if on { "on" } else { "off" },
                 rate / raw,
                 (u1 - u0 + s1 - s0) * 1e3 / mb,
                 (u1 - u0) * 1e3 / mb,
                 (s1 - s0) * 1e3 / mb,
+                (sc1 - sc0) * 1e3 / mb,
                 (st1 - st0) as f64 / mb,
                 (w1 - w0) as f64 / mb,
                 mib(transcript_bytes(d.home())),
@@ -1135,8 +1159,8 @@ async fn persist() {
         "\n{n} terminals printing a 64-character line every 100 ms, one client subscribed to all, {} s:\n",
         window.as_secs()
     );
-    println!("| transcripts | daemon CPU (% of one core; user + sys) | store `write` bytes per s | storage bytes per s |");
-    println!("|---|---|---|---|");
+    println!("| transcripts | daemon CPU (% of one core; user + sys) | per line | … of which the store thread | output bytes per s | store `write` bytes per s | storage bytes per s | storage bytes per byte of output |");
+    println!("|---|---|---|---|---|---|---|---|");
     for on in [false, true] {
         let mut args = vec!["--no-shell-integration"];
         if !on {
@@ -1156,18 +1180,29 @@ async fn persist() {
         c.drain_for(Duration::from_secs(2)).await;
         let (u0, s0) = cpu_secs(d.pid());
         let (w0, st0) = disk_writes(d.pid());
+        let sc0 = store_cpu(d.pid());
+        let f0 = c.data_frames;
+        let b0: usize = c.data_len.values().sum();
         c.drain_for(window).await;
         let (u1, s1) = cpu_secs(d.pid());
         let (w1, st1) = disk_writes(d.pid());
+        let sc1 = store_cpu(d.pid());
+        let frames = (c.data_frames - f0).max(1) as f64;
+        let out = (c.data_len.values().sum::<usize>() - b0).max(1) as f64;
         let secs = window.as_secs_f64();
         println!(
-            "| {} | **{:.1} %** ({:.1} + {:.1}) | {:.0} | {:.0} |",
+            "| {} | **{:.1} %** ({:.1} + {:.1}) | {:.0} µs | {:.1} % ({:.0} µs per line) | {:.0} | {:.0} | {:.0} | **{:.1}** |",
             if on { "on" } else { "off" },
             (u1 - u0 + s1 - s0) / secs * 100.0,
             (u1 - u0) / secs * 100.0,
             (s1 - s0) / secs * 100.0,
+            (u1 - u0 + s1 - s0) / frames * 1e6,
+            (sc1 - sc0) / secs * 100.0,
+            (sc1 - sc0) / frames * 1e6,
+            out / secs,
             (st1 - st0) as f64 / secs,
             (w1 - w0) as f64 / secs,
+            (w1 - w0) as f64 / out,
         );
     }
 }
