@@ -12,7 +12,6 @@
 //! May touch: the files under the state directory (transcripts, the `serverSeq` mark) and
 //! the queue the host fills; never the host lock.
 
-use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::os::fd::AsRawFd;
@@ -24,7 +23,7 @@ use std::time::{Duration, Instant, SystemTime};
 use ahp_types::state::TerminalLifecycleState;
 
 use super::format::{self, Kind, Meta};
-use super::{dir, Key, Op, Shared, BATCH, EARLY_BYTES, SYNC_EVERY};
+use super::{dir, Key, KeyMap, KeySet, Op, Shared, BATCH, EARLY_BYTES, SYNC_EVERY};
 
 /// Written files from which a sync is one `syncfs(2)` of the filesystem instead of an
 /// `fdatasync(2)` of each file.
@@ -83,13 +82,13 @@ pub(super) struct Writer {
     shared: Arc<Shared>,
     state_dir: PathBuf,
     terminals: PathBuf,
-    files: HashMap<Key, Transcript>,
+    files: KeyMap<Transcript>,
     total: u64,
     max_bytes: u64,
     max_age: Option<Duration>,
     next_age_check: Option<Instant>,
     seq_written: u64,
-    unsynced: HashSet<Key>,
+    unsynced: KeySet,
     dir_unsynced: bool,
     /// The terminals directory, open for the writer's life: [`syncfs`] goes through it (and
     /// reports every writeback error since it was opened).
@@ -97,8 +96,8 @@ pub(super) struct Writer {
     next_sync: Option<Instant>,
     /// Terminals whose records this thread had to drop (a failed write, no file yet): their
     /// queued records are skipped until a checkpoint of theirs arrives.
-    failed: HashSet<Key>,
-    newly_lost: HashSet<Key>,
+    failed: KeySet,
+    newly_lost: KeySet,
     lost_noticed: Option<Instant>,
     warned_io: Option<Instant>,
     warned_budget: Option<Instant>,
@@ -115,7 +114,7 @@ impl Writer {
     ) -> Writer {
         let terminals = state_dir.join(dir::TERMINALS);
         let dir_handle = File::open(&terminals).ok();
-        let mut files = HashMap::new();
+        let mut files = KeyMap::default();
         let mut total = 0;
         for e in existing {
             total += e.len;
@@ -140,12 +139,12 @@ impl Writer {
             max_age,
             next_age_check: max_age.map(|a| Instant::now() + age_check_every(a)),
             seq_written,
-            unsynced: HashSet::new(),
+            unsynced: KeySet::default(),
             dir_unsynced: false,
             dir_handle,
             next_sync: None,
-            failed: HashSet::new(),
-            newly_lost: HashSet::new(),
+            failed: KeySet::default(),
+            newly_lost: KeySet::default(),
             lost_noticed: None,
             warned_io: None,
             warned_budget: None,
@@ -229,7 +228,7 @@ impl Writer {
         // One buffer per file, written once at the end (a checkpoint or removal of the same
         // terminal in between discards what was buffered before it).
         let mut order: Vec<Key> = Vec::new();
-        let mut buffers: HashMap<Key, Vec<u8>> = HashMap::new();
+        let mut buffers: KeyMap<Vec<u8>> = KeyMap::default();
         let mut removals = Vec::new();
         for op in ops {
             match op {
@@ -305,11 +304,11 @@ impl Writer {
     }
 
     fn append(&mut self, key: &Key, buf: &[u8]) {
-        let path = self.path(key);
         let Some(t) = self.files.get_mut(key) else {
             return;
         };
         if t.file.is_none() {
+            let path = self.terminals.join(key.file_name());
             match OpenOptions::new().append(true).open(&path) {
                 Ok(f) => t.file = Some(f),
                 Err(e) => {
@@ -336,7 +335,7 @@ impl Writer {
                 // Cut a partial write off, so that later records follow a complete one.
                 let _ = file.set_len(t.len);
                 t.file = None;
-                let msg = format!("cannot write transcript {}: {e}", path.display());
+                let msg = format!("cannot write transcript {}: {e}", self.path(key).display());
                 self.warn_io(&msg);
                 self.lose(key);
             }
@@ -576,7 +575,7 @@ fn syncfs(f: &File) -> io::Result<()> {
 
 fn buffer<'a>(
     order: &mut Vec<Key>,
-    buffers: &'a mut HashMap<Key, Vec<u8>>,
+    buffers: &'a mut KeyMap<Vec<u8>>,
     key: &Key,
 ) -> &'a mut Vec<u8> {
     if !buffers.contains_key(key) {
