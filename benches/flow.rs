@@ -1159,7 +1159,7 @@ async fn persist() {
         "\n{n} terminals printing a 64-character line every 100 ms, one client subscribed to all, {} s:\n",
         window.as_secs()
     );
-    println!("| transcripts | daemon CPU (% of one core; user + sys) | per line | … of which the store thread | output bytes per s | store `write` bytes per s | storage bytes per s | storage bytes per byte of output |");
+    println!("| transcripts | daemon CPU (% of one core; user + sys) | per line | … of which the store thread | output bytes per s (envelopes × 65 B) | store `write` bytes per s | storage bytes per s | storage bytes per byte of output |");
     println!("|---|---|---|---|---|---|---|---|");
     for on in [false, true] {
         let mut args = vec!["--no-shell-integration"];
@@ -1169,11 +1169,13 @@ async fn persist() {
         let d = Daemon::start_with(&args);
         announce(&d, &format!("persist chatty, transcripts {on}"));
         let (mut c, _) = Raw::connect_init_with(&d.url(), Opts::lean(), "pc", &[]).await;
+        // One envelope per line (a terminal prints one every 100 ms), `LINE` and CR LF.
+        const LINE: &str = "a line of chatty output, like a build log or a dev server, 70 b";
         let uris = many_terminals(&mut c, "pc", n).await;
         for t in &uris {
             c.type_text(
                 t,
-                "while :; do echo 'a line of chatty output, like a build log or a dev server, 70 b'; read -t 0.1; done\r",
+                &format!("while :; do echo '{LINE}'; read -t 0.1; done\r"),
             )
             .await;
         }
@@ -1182,13 +1184,12 @@ async fn persist() {
         let (w0, st0) = disk_writes(d.pid());
         let sc0 = store_cpu(d.pid());
         let f0 = c.data_frames;
-        let b0: usize = c.data_len.values().sum();
         c.drain_for(window).await;
         let (u1, s1) = cpu_secs(d.pid());
         let (w1, st1) = disk_writes(d.pid());
         let sc1 = store_cpu(d.pid());
         let frames = (c.data_frames - f0).max(1) as f64;
-        let out = (c.data_len.values().sum::<usize>() - b0).max(1) as f64;
+        let out = frames * (LINE.len() + 2) as f64;
         let secs = window.as_secs_f64();
         println!(
             "| {} | **{:.1} %** ({:.1} + {:.1}) | {:.0} µs | {:.1} % ({:.0} µs per line) | {:.0} | {:.0} | {:.0} | **{:.1}** |",

@@ -6,7 +6,8 @@
 //! and friends only push the envelope bytes the host already encoded (a reference count) onto a
 //! byte-bounded queue. One writer thread (`ahpty-store`) appends each terminal's records with
 //! one `write` per batch — at most [`BATCH`] after the first record of the batch, earlier once
-//! [`EARLY_BYTES`] wait — and `fdatasync`s what it wrote every [`SYNC_EVERY`]. So a process
+//! [`EARLY_BYTES`] wait — and makes what it wrote durable every [`SYNC_EVERY`] (`fdatasync`
+//! per file, or one `syncfs` once several files were written). So a process
 //! crash (`kill -9`, OOM, abort) loses at most the output of the last [`BATCH`] before it, a
 //! machine crash about the last [`SYNC_EVERY`]. When the disk cannot keep up, a terminal's
 //! records are dropped rather than the host blocked ([`MAX_QUEUE_BYTES`]); the terminal is then
@@ -37,13 +38,16 @@ pub use dir::{open, Opened, Restored};
 pub use format::{Meta, Owner};
 
 /// Longest a record waits in memory before the writer appends it (the loss bound of a process
-/// crash).
+/// crash). The writer is woken by the first record of a batch only, then sleeps until this
+/// much later: one wake-up per batch, not per record.
 pub const BATCH: Duration = Duration::from_millis(100);
 
 /// Queued bytes at which the writer starts a batch without waiting for [`BATCH`] to pass.
 pub const EARLY_BYTES: usize = 4 * 1024 * 1024;
 
-/// How often written transcripts are `fdatasync`ed (the loss bound of a machine crash).
+/// How often written transcripts are synced to the disk (the loss bound of a machine crash):
+/// by an `fdatasync` of each, or one `syncfs` of their filesystem once several were written
+/// (why: `writer::SYNCFS_FROM`).
 pub const SYNC_EVERY: Duration = Duration::from_secs(1);
 
 /// Most bytes waiting for the writer; past it a terminal's records are dropped and the

@@ -1,7 +1,7 @@
 //! The writer thread (`ahpty-store`): takes the queued ops in batches, appends each terminal's
 //! records with one `write` per batch, rewrites a file from a checkpoint (temporary file,
 //! `fdatasync`, `rename`), deletes disposed terminals' files before their removal is
-//! acknowledged, syncs written files every [`SYNC_EVERY`], raises the `serverSeq`
+//! acknowledged, syncs written files every [`SYNC_EVERY`] (see [`SYNCFS_FROM`]), raises the `serverSeq`
 //! high-water mark, and keeps the total under `persist_max_bytes` by deleting the files of
 //! exited terminals, least recently written first, and deletes those of exited terminals not
 //! written to for `persist_max_age` (checked every [`AGE_CHECK_EVERY`]).
