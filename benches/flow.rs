@@ -1172,6 +1172,27 @@ fn disk_writes(pid: u32) -> (u64, u64) {
     (field(&io, "write_bytes:"), store)
 }
 
+/// CPU seconds (user + sys) of the daemon `pid`'s `ahpty-store` thread.
+fn store_cpu(pid: u32) -> f64 {
+    let tick = ticks_per_second() as f64;
+    let mut total = 0.0;
+    if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        for t in tasks.flatten() {
+            let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+            if comm.trim() != "ahpty-store" {
+                continue;
+            }
+            let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+            let f: Vec<&str> = stat[stat.rfind(')').map_or(0, |i| i + 1)..]
+                .split_whitespace()
+                .collect();
+            let field = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+            total += (field(11) + field(12)) / tick;
+        }
+    }
+    total
+}
+
 /// Bytes of the transcripts under a daemon's `$HOME` (the harness's XDG_STATE_HOME).
 fn transcript_bytes(home: &std::path::Path) -> u64 {
     std::fs::read_dir(home.join(".state/ahpty/terminals"))
@@ -1193,13 +1214,13 @@ async fn persist() {
     let path = file.to_str().unwrap().to_string();
     println!("\n## persist: `cat` of a {size} MiB file, transcripts off and on\n");
     println!(
-        "| run | MB/s | ratio to raw pty | daemon CPU ms per MB (user + sys) | store `write` bytes per MB | storage bytes per MB (`write_bytes`) | transcript on disk |"
+        "| run | MB/s | ratio to raw pty | daemon CPU ms per MB (user + sys) | … of which the store thread | store `write` bytes per MB | storage bytes per MB (`write_bytes`) | transcript on disk |"
     );
-    println!("|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|");
     for round in 0..2 {
         let (raw_bytes, _, raw_t) = raw_pty_read(&["cat", &path]);
         let raw = mb_per_s(raw_bytes, raw_t);
-        println!("| raw pty #{round} | {raw:.1} | 1.00 | | | | |");
+        println!("| raw pty #{round} | {raw:.1} | 1.00 | | | | | |");
         for on in [false, true] {
             let mut args = vec!["--no-shell-integration"];
             if !on {
@@ -1213,12 +1234,14 @@ async fn persist() {
             let before = c.data_len.get(&t).copied().unwrap_or(0);
             let (u0, s0) = cpu_secs(d.pid());
             let (w0, st0) = disk_writes(d.pid());
+            let sc0 = store_cpu(d.pid());
             let t0 = Instant::now();
             c.type_text(&t, &format!("cat {path}; echo pe-end-$((40+2))\r"))
                 .await;
             c.wait_data(&t, "pe-end-42", Duration::from_secs(600)).await;
             let el = t0.elapsed();
             let (u1, s1) = cpu_secs(d.pid());
+            let sc1 = store_cpu(d.pid());
             // The last batch and its sync are at most 1.1 s behind.
             tokio::time::sleep(Duration::from_millis(1500)).await;
             let (w1, st1) = disk_writes(d.pid());
@@ -1226,12 +1249,13 @@ async fn persist() {
             let mb = bytes as f64 / 1e6;
             let rate = mb_per_s(bytes, el);
             println!(
-                "| ahpty #{round}, transcripts {} | {rate:.1} | **{:.2}** | **{:.2}** ({:.2} + {:.2}) | **{:.0}** | {:.0} | {:.2} MiB |",
+                "| ahpty #{round}, transcripts {} | {rate:.1} | **{:.2}** | **{:.2}** ({:.2} + {:.2}) | {:.2} | **{:.0}** | {:.0} | {:.2} MiB |",
                 if on { "on" } else { "off" },
                 rate / raw,
                 (u1 - u0 + s1 - s0) * 1e3 / mb,
                 (u1 - u0) * 1e3 / mb,
                 (s1 - s0) * 1e3 / mb,
+                (sc1 - sc0) * 1e3 / mb,
                 (st1 - st0) as f64 / mb,
                 (w1 - w0) as f64 / mb,
                 mib(transcript_bytes(d.home())),
@@ -1244,8 +1268,8 @@ async fn persist() {
         "\n{n} terminals printing a 64-character line every 100 ms, one client subscribed to all, {} s:\n",
         window.as_secs()
     );
-    println!("| transcripts | daemon CPU (% of one core; user + sys) | store `write` bytes per s | storage bytes per s |");
-    println!("|---|---|---|---|");
+    println!("| transcripts | daemon CPU (% of one core; user + sys) | per line | … of which the store thread | output bytes per s (envelopes × 65 B) | store `write` bytes per s | storage bytes per s | storage bytes per byte of output |");
+    println!("|---|---|---|---|---|---|---|---|");
     for on in [false, true] {
         let mut args = vec!["--no-shell-integration"];
         if !on {
@@ -1254,29 +1278,41 @@ async fn persist() {
         let d = Daemon::start_with(&args);
         announce(&d, &format!("persist chatty, transcripts {on}"));
         let (mut c, _) = Raw::connect_init_with(&d.url(), Opts::lean(), "pc", &[]).await;
+        // One envelope per line (a terminal prints one every 100 ms), `LINE` and CR LF.
+        const LINE: &str = "a line of chatty output, like a build log or a dev server, 70 b";
         let uris = many_terminals(&mut c, "pc", n).await;
         for t in &uris {
             c.type_text(
                 t,
-                "while :; do echo 'a line of chatty output, like a build log or a dev server, 70 b'; read -t 0.1; done\r",
+                &format!("while :; do echo '{LINE}'; read -t 0.1; done\r"),
             )
             .await;
         }
         c.drain_for(Duration::from_secs(2)).await;
         let (u0, s0) = cpu_secs(d.pid());
         let (w0, st0) = disk_writes(d.pid());
+        let sc0 = store_cpu(d.pid());
+        let f0 = c.data_frames;
         c.drain_for(window).await;
         let (u1, s1) = cpu_secs(d.pid());
         let (w1, st1) = disk_writes(d.pid());
+        let sc1 = store_cpu(d.pid());
+        let frames = (c.data_frames - f0).max(1) as f64;
+        let out = frames * (LINE.len() + 2) as f64;
         let secs = window.as_secs_f64();
         println!(
-            "| {} | **{:.1} %** ({:.1} + {:.1}) | {:.0} | {:.0} |",
+            "| {} | **{:.1} %** ({:.1} + {:.1}) | {:.0} µs | {:.1} % ({:.0} µs per line) | {:.0} | {:.0} | {:.0} | **{:.1}** |",
             if on { "on" } else { "off" },
             (u1 - u0 + s1 - s0) / secs * 100.0,
             (u1 - u0) / secs * 100.0,
             (s1 - s0) / secs * 100.0,
+            (u1 - u0 + s1 - s0) / frames * 1e6,
+            (sc1 - sc0) / secs * 100.0,
+            (sc1 - sc0) / frames * 1e6,
+            out / secs,
             (st1 - st0) as f64 / secs,
             (w1 - w0) as f64 / secs,
+            (w1 - w0) as f64 / out,
         );
     }
 }

@@ -8,7 +8,9 @@
 
 use ahp::reducers::apply_action_to_terminal;
 use ahp_types::actions::ActionEnvelope;
-use ahp_types::state::{TerminalContentPart, TerminalState};
+use ahp_types::state::{
+    TerminalCommandPart, TerminalContentPart, TerminalState, TerminalUnclassifiedPart,
+};
 use serde::{Deserialize, Serialize};
 
 /// First 8 bytes of every transcript.
@@ -100,39 +102,156 @@ pub fn header() -> [u8; HEADER_LEN] {
 
 /// Appends one record to `out`.
 pub fn push_record(out: &mut Vec<u8>, kind: Kind, payload: &[u8]) {
-    let mut crc = crc32fast::Hasher::new();
-    crc.update(&[kind as u8]);
-    crc.update(payload);
     out.reserve(RECORD_HEADER_LEN + payload.len());
-    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-    out.extend_from_slice(&crc.finalize().to_le_bytes());
-    out.push(kind as u8);
+    out.extend_from_slice(&record_header(kind, payload));
     out.extend_from_slice(payload);
 }
 
-/// A checkpoint: the header, `meta` (its state's content left out) and the content as
-/// [`Kind::Part`] and [`Kind::More`] records of at most [`PART_CHUNK_BYTES`] of text.
-pub fn checkpoint(meta: &Meta) -> Vec<u8> {
-    let content = &meta.state.content;
-    let mut out = Vec::with_capacity(HEADER_LEN + 1024 + content_len(content) * 11 / 10);
-    out.extend_from_slice(&header());
-    let bare = MetaRef {
-        uri: &meta.uri,
-        created_at_ms: meta.created_at_ms,
-        holder: &meta.holder,
-        renamed_by_client: meta.renamed_by_client,
-        state: StateWithoutContent(&meta.state),
-    };
-    push_json(&mut out, Kind::Meta, &bare);
-    for part in content {
-        push_part(&mut out, part);
+/// Text of at most this many bytes is copied into a checkpoint's own buffer; longer text is
+/// written from the state where it lies (one more `iovec` instead of a copy).
+const COPY_BELOW: usize = 4096;
+
+/// A checkpoint ready to be written: the header, `meta` (its state's content left out), then
+/// each content part as a [`Kind::Part`] record whose text (an unclassified part's `value`, a
+/// command part's `output`) is empty, followed by that text as [`Kind::More`] records of at
+/// most [`PART_CHUNK_BYTES`], split at character boundaries. The text is raw UTF-8, so it is
+/// neither escaped as JSON nor copied: the bytes are held as pieces, small buffers built here
+/// and slices of the state's own strings, for one vectored write.
+pub struct Checkpoint<'a> {
+    pieces: Vec<Piece<'a>>,
+    len: usize,
+}
+
+enum Piece<'a> {
+    Built(Vec<u8>),
+    Text(&'a [u8]),
+}
+
+impl Piece<'_> {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Piece::Built(b) => b,
+            Piece::Text(t) => t,
+        }
     }
-    out
+}
+
+impl<'a> Checkpoint<'a> {
+    /// The checkpoint of `meta` (its content borrowed, not copied).
+    pub fn new(meta: &'a Meta) -> Checkpoint<'a> {
+        let mut c = Checkpoint {
+            pieces: Vec::new(),
+            len: 0,
+        };
+        let mut out = Vec::with_capacity(1024);
+        out.extend_from_slice(&header());
+        let bare = MetaRef {
+            uri: &meta.uri,
+            created_at_ms: meta.created_at_ms,
+            holder: &meta.holder,
+            renamed_by_client: meta.renamed_by_client,
+            state: StateWithoutContent(&meta.state),
+        };
+        push_json(&mut out, Kind::Meta, &bare);
+        for part in &meta.state.content {
+            let text = match part {
+                TerminalContentPart::Unclassified(u) => &u.value,
+                TerminalContentPart::Command(c) => &c.output,
+                TerminalContentPart::Unknown(_) => {
+                    push_json(&mut out, Kind::Part, part);
+                    continue;
+                }
+            };
+            push_json(&mut out, Kind::Part, &without_text(part));
+            let mut rest = text.as_str();
+            while !rest.is_empty() {
+                let mut n = rest.len().min(PART_CHUNK_BYTES);
+                while !rest.is_char_boundary(n) {
+                    n -= 1;
+                }
+                let chunk = &rest.as_bytes()[..n];
+                if n < COPY_BELOW {
+                    push_record(&mut out, Kind::More, chunk);
+                } else {
+                    out.extend_from_slice(&record_header(Kind::More, chunk));
+                    c.push(Piece::Built(std::mem::take(&mut out)));
+                    c.push(Piece::Text(chunk));
+                }
+                rest = &rest[n..];
+            }
+        }
+        c.push(Piece::Built(out));
+        c
+    }
+
+    fn push(&mut self, piece: Piece<'a>) {
+        let n = piece.bytes().len();
+        if n > 0 {
+            self.len += n;
+            self.pieces.push(piece);
+        }
+    }
+
+    /// Its length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it is empty (never: it has at least the header and the metadata).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Writes it all to `w` with vectored writes (the content's text straight from the
+    /// state).
+    pub fn write_to(&self, w: &mut impl std::io::Write) -> std::io::Result<()> {
+        let mut slices: Vec<std::io::IoSlice<'_>> = self
+            .pieces
+            .iter()
+            .map(|p| std::io::IoSlice::new(p.bytes()))
+            .collect();
+        let mut left: &mut [std::io::IoSlice<'_>] = &mut slices;
+        while !left.is_empty() {
+            match w.write_vectored(left) {
+                Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+                Ok(n) => std::io::IoSlice::advance_slices(&mut left, n),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Its bytes in one buffer.
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(self.len);
+        for p in &self.pieces {
+            v.extend_from_slice(p.bytes());
+        }
+        v
+    }
+}
+
+/// A checkpoint's bytes in one buffer (see [`Checkpoint`]).
+pub fn checkpoint(meta: &Meta) -> Vec<u8> {
+    Checkpoint::new(meta).to_vec()
 }
 
 /// A [`Kind::Owner`] record.
 pub fn owner_record(out: &mut Vec<u8>, owner: &Owner) {
     push_json(out, Kind::Owner, owner);
+}
+
+/// The 9 bytes before a record's payload: length, CRC-32 of the kind and payload, kind.
+fn record_header(kind: Kind, payload: &[u8]) -> [u8; RECORD_HEADER_LEN] {
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&[kind as u8]);
+    crc.update(payload);
+    let mut h = [0u8; RECORD_HEADER_LEN];
+    h[..4].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+    h[4..8].copy_from_slice(&crc.finalize().to_le_bytes());
+    h[8] = kind as u8;
+    h
 }
 
 fn push_json(out: &mut Vec<u8>, kind: Kind, value: &impl Serialize) {
@@ -141,52 +260,26 @@ fn push_json(out: &mut Vec<u8>, kind: Kind, value: &impl Serialize) {
     push_record(out, kind, &json);
 }
 
-/// One content part: its JSON with at most [`PART_CHUNK_BYTES`] of text, then the rest of
-/// the text in [`Kind::More`] records.
-fn push_part(out: &mut Vec<u8>, part: &TerminalContentPart) {
-    let text = match part {
-        TerminalContentPart::Unclassified(u) => &u.value,
-        TerminalContentPart::Command(c) => &c.output,
-        TerminalContentPart::Unknown(_) => {
-            push_json(out, Kind::Part, part);
-            return;
+/// `part` with its text (an unclassified part's value, a command part's output) empty,
+/// without copying that text.
+fn without_text(part: &TerminalContentPart) -> TerminalContentPart {
+    match part {
+        TerminalContentPart::Unclassified(_) => {
+            TerminalContentPart::Unclassified(TerminalUnclassifiedPart {
+                value: String::new(),
+            })
         }
-    };
-    let mut cut = text.len().min(PART_CHUNK_BYTES);
-    while !text.is_char_boundary(cut) {
-        cut -= 1;
+        TerminalContentPart::Command(c) => TerminalContentPart::Command(TerminalCommandPart {
+            command_id: c.command_id.clone(),
+            command_line: c.command_line.clone(),
+            output: String::new(),
+            timestamp: c.timestamp,
+            is_complete: c.is_complete,
+            exit_code: c.exit_code,
+            duration_ms: c.duration_ms,
+        }),
+        TerminalContentPart::Unknown(v) => TerminalContentPart::Unknown(v.clone()),
     }
-    if cut == text.len() {
-        push_json(out, Kind::Part, part);
-        return;
-    }
-    let mut head = part.clone();
-    match &mut head {
-        TerminalContentPart::Unclassified(u) => u.value.truncate(cut),
-        TerminalContentPart::Command(c) => c.output.truncate(cut),
-        TerminalContentPart::Unknown(_) => {}
-    }
-    push_json(out, Kind::Part, &head);
-    let mut rest = &text[cut..];
-    while !rest.is_empty() {
-        let mut n = rest.len().min(PART_CHUNK_BYTES);
-        while !rest.is_char_boundary(n) {
-            n -= 1;
-        }
-        push_record(out, Kind::More, &rest.as_bytes()[..n]);
-        rest = &rest[n..];
-    }
-}
-
-fn content_len(content: &[TerminalContentPart]) -> usize {
-    content
-        .iter()
-        .map(|p| match p {
-            TerminalContentPart::Unclassified(u) => u.value.len(),
-            TerminalContentPart::Command(c) => c.output.len() + c.command_line.len(),
-            TerminalContentPart::Unknown(_) => 64,
-        })
-        .sum()
 }
 
 #[derive(Serialize)]
@@ -563,6 +656,165 @@ mod tests {
             .all(|r| r.payload.len() <= PART_CHUNK_BYTES + 200));
         let (t, _) = decode(&f);
         assert_eq!(text_of(&t.unwrap()), big);
+    }
+
+    /// A checkpoint as the first version wrote it: each part's JSON carrying up to
+    /// [`PART_CHUNK_BYTES`] of its text (escaped), the rest in `more` records.
+    fn old_checkpoint(meta: &Meta) -> Vec<u8> {
+        let mut out = header().to_vec();
+        let mut bare = meta.clone();
+        bare.state.content.clear();
+        push_json(&mut out, Kind::Meta, &bare);
+        for part in &meta.state.content {
+            let text = match part {
+                TerminalContentPart::Unclassified(u) => u.value.as_str(),
+                TerminalContentPart::Command(c) => c.output.as_str(),
+                TerminalContentPart::Unknown(_) => "",
+            };
+            let mut cut = text.len().min(PART_CHUNK_BYTES);
+            while !text.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            let mut head = part.clone();
+            match &mut head {
+                TerminalContentPart::Unclassified(u) => u.value.truncate(cut),
+                TerminalContentPart::Command(c) => c.output.truncate(cut),
+                TerminalContentPart::Unknown(_) => {}
+            }
+            push_json(&mut out, Kind::Part, &head);
+            let mut rest = &text[cut..];
+            while !rest.is_empty() {
+                let mut n = rest.len().min(PART_CHUNK_BYTES);
+                while !rest.is_char_boundary(n) {
+                    n -= 1;
+                }
+                push_record(&mut out, Kind::More, &rest.as_bytes()[..n]);
+                rest = &rest[n..];
+            }
+        }
+        out
+    }
+
+    /// Several MiB of content in two parts, with 2-, 3- and 4-byte characters straddling
+    /// every chunk edge, quotes, backslashes and control characters JSON would escape.
+    fn big_meta() -> Meta {
+        let mut m = meta("");
+        let edgy = |prefix: &str, ch: &str, bytes: usize| {
+            let mut s = String::from(prefix);
+            while s.len() < bytes {
+                s.push_str(ch);
+                s.push_str("\"\\\u{1b}[0m\n");
+            }
+            s
+        };
+        m.state.content = vec![
+            TerminalContentPart::Unclassified(TerminalUnclassifiedPart {
+                value: edgy("x", "é", 3 * PART_CHUNK_BYTES + 17),
+            }),
+            TerminalContentPart::Command(ahp_types::state::TerminalCommandPart {
+                command_id: "c1".into(),
+                command_line: "cat \"big file\"".into(),
+                output: edgy("ab", "😀€", 2 * PART_CHUNK_BYTES + 5),
+                timestamp: 1_700_000_000_123,
+                is_complete: true,
+                exit_code: Some(0),
+                duration_ms: Some(12),
+            }),
+            TerminalContentPart::Unclassified(TerminalUnclassifiedPart { value: "$ ".into() }),
+            TerminalContentPart::Unclassified(TerminalUnclassifiedPart {
+                value: String::new(),
+            }),
+        ];
+        m
+    }
+
+    /// Accepts at most 1000 bytes of the first two slices per call: `write_to` must carry
+    /// on where a short write stopped.
+    struct Dribble(Vec<u8>);
+
+    impl std::io::Write for Dribble {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            let n = buf.len().min(1000);
+            self.0.extend_from_slice(&buf[..n]);
+            Ok(n)
+        }
+        fn write_vectored(&mut self, bufs: &[std::io::IoSlice<'_>]) -> std::io::Result<usize> {
+            let mut n = 0;
+            for b in bufs.iter().take(2) {
+                let k = b.len().min(1000 - n);
+                self.0.extend_from_slice(&b[..k]);
+                n += k;
+                if k < b.len() {
+                    break;
+                }
+            }
+            Ok(n)
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_part_of_several_mib_reads_back_equal_without_escaping() {
+        let m = big_meta();
+        let c = Checkpoint::new(&m);
+        let f = c.to_vec();
+        assert_eq!(f.len(), c.len());
+        let mut d = Dribble(Vec::new());
+        c.write_to(&mut d).unwrap();
+        assert_eq!(d.0, f, "a vectored write with short writes");
+        let (records, damage) = scan(&f);
+        assert_eq!(damage, None);
+        // The text is in `more` records only, raw: each part's JSON is small, and the file is
+        // the text plus a few hundred bytes (escaping would have added about 15 %).
+        for r in &records {
+            match r.kind {
+                Some(Kind::Part) => assert!(r.payload.len() < 200, "{}", r.payload.len()),
+                Some(Kind::More) => {
+                    assert!(r.payload.len() <= PART_CHUNK_BYTES);
+                    assert!(std::str::from_utf8(r.payload).is_ok());
+                }
+                _ => {}
+            }
+        }
+        let text: usize = m
+            .state
+            .content
+            .iter()
+            .map(|p| match p {
+                TerminalContentPart::Unclassified(u) => u.value.len(),
+                TerminalContentPart::Command(c) => c.output.len(),
+                TerminalContentPart::Unknown(_) => 0,
+            })
+            .sum();
+        assert!(
+            f.len() < text + 1024,
+            "{} bytes for {text} of text",
+            f.len()
+        );
+        let (t, damage) = decode(&f);
+        assert_eq!(damage, None);
+        let t = t.unwrap();
+        assert_eq!(t.valid_len, f.len());
+        assert_eq!(t.meta, m);
+    }
+
+    #[test]
+    fn a_checkpoint_written_the_old_way_still_reads() {
+        for m in [big_meta(), meta("seed\n"), meta("")] {
+            let old = old_checkpoint(&m);
+            // Without content the two ways write the same bytes.
+            assert_eq!(old == checkpoint(&m), m.state.content.is_empty());
+            let (t, damage) = decode(&old);
+            assert_eq!(damage, None);
+            assert_eq!(t.unwrap().meta, m);
+        }
+        // And records appended to it apply as to a new one.
+        let mut old = old_checkpoint(&meta("seed\n"));
+        push_record(&mut old, Kind::Action, &data(10, "more\n"));
+        let (t, _) = decode(&old);
+        assert_eq!(text_of(&t.unwrap()), "seed\nmore\n");
     }
 
     /// Truncated at every offset: never a panic, the result is always a prefix of the whole

@@ -6,7 +6,8 @@
 //! and friends only push the envelope bytes the host already encoded (a reference count) onto a
 //! byte-bounded queue. One writer thread (`ahpty-store`) appends each terminal's records with
 //! one `write` per batch — at most [`BATCH`] after the first record of the batch, earlier once
-//! [`EARLY_BYTES`] wait — and `fdatasync`s what it wrote every [`SYNC_EVERY`]. So a process
+//! [`EARLY_BYTES`] wait — and makes what it wrote durable every [`SYNC_EVERY`] (`fdatasync`
+//! per file, or one `syncfs` once several files were written). So a process
 //! crash (`kill -9`, OOM, abort) loses at most the output of the last [`BATCH`] before it, a
 //! machine crash about the last [`SYNC_EVERY`]. When the disk cannot keep up, a terminal's
 //! records are dropped rather than the host blocked ([`MAX_QUEUE_BYTES`]); the terminal is then
@@ -24,7 +25,8 @@ mod dir;
 pub mod format;
 mod writer;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hash, Hasher};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -36,13 +38,16 @@ pub use dir::{open, Opened, Restored};
 pub use format::{Meta, Owner};
 
 /// Longest a record waits in memory before the writer appends it (the loss bound of a process
-/// crash).
+/// crash). The writer is woken by the first record of a batch only, then sleeps until this
+/// much later: one wake-up per batch, not per record.
 pub const BATCH: Duration = Duration::from_millis(100);
 
 /// Queued bytes at which the writer starts a batch without waiting for [`BATCH`] to pass.
 pub const EARLY_BYTES: usize = 4 * 1024 * 1024;
 
-/// How often written transcripts are `fdatasync`ed (the loss bound of a machine crash).
+/// How often written transcripts are synced to the disk (the loss bound of a machine crash):
+/// by an `fdatasync` of each, or one `syncfs` of their filesystem once several were written
+/// (why: `writer::SYNCFS_FROM`).
 pub const SYNC_EVERY: Duration = Duration::from_secs(1);
 
 /// Most bytes waiting for the writer; past it a terminal's records are dropped and the
@@ -69,19 +74,58 @@ pub fn clock_seq_base() -> u64 {
 }
 
 /// Names one terminal's transcript, `terminals/<key>.log` (a random UUID, independent of the
-/// terminal's URI).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Key(Arc<str>);
+/// terminal's URI). Compared by name; hashed by a digest of the name taken once, so the
+/// writer's tables ([`KeyMap`]) look a key up without hashing its 32 characters again.
+#[derive(Debug, Clone)]
+pub struct Key {
+    name: Arc<str>,
+    digest: u64,
+}
+
+impl PartialEq for Key {
+    fn eq(&self, other: &Key) -> bool {
+        self.name == other.name
+    }
+}
+
+impl Eq for Key {}
+
+impl PartialOrd for Key {
+    fn partial_cmp(&self, other: &Key) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Key {
+    fn cmp(&self, other: &Key) -> std::cmp::Ordering {
+        self.name.cmp(&other.name)
+    }
+}
+
+impl Hash for Key {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.digest);
+    }
+}
 
 impl Key {
     /// A fresh key.
     pub fn new() -> Key {
-        Key(uuid::Uuid::new_v4().simple().to_string().into())
+        Key::named(uuid::Uuid::new_v4().simple().to_string().into())
+    }
+
+    fn named(name: Arc<str>) -> Key {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        name.hash(&mut h);
+        Key {
+            digest: h.finish(),
+            name,
+        }
     }
 
     /// The file name stem.
     pub fn as_str(&self) -> &str {
-        &self.0
+        &self.name
     }
 
     /// The key named `stem` (a live upgrade's hand-over), if it is a valid one.
@@ -95,13 +139,39 @@ impl Key {
         let valid = !stem.is_empty()
             && stem.len() <= 64
             && stem.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
-        valid.then(|| Key(stem.into()))
+        valid.then(|| Key::named(stem.into()))
     }
 
     fn file_name(&self) -> String {
-        format!("{}.log", self.0)
+        format!("{}.log", self.name)
     }
 }
+
+/// Hashes a [`Key`] by its digest, as it is (a key writes nothing else).
+#[derive(Default)]
+struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 ^= n;
+    }
+}
+
+/// A table by [`Key`] (no hashing per lookup).
+type KeyMap<V> = HashMap<Key, V, BuildHasherDefault<KeyHasher>>;
+
+/// A set of [`Key`]s (no hashing per lookup).
+type KeySet = HashSet<Key, BuildHasherDefault<KeyHasher>>;
 
 impl Default for Key {
     fn default() -> Self {
@@ -180,7 +250,7 @@ struct Queue {
     urgent: bool,
     closing: bool,
     /// Terminals whose records were dropped since their last checkpoint.
-    lost: HashSet<Key>,
+    lost: KeySet,
     /// Flushes waiting for everything queued before them to be written and synced.
     flushes: Vec<std::sync::mpsc::Sender<()>>,
     /// The `serverSeq` high-water mark to write.
@@ -618,6 +688,22 @@ mod tests {
 
     /// The queue never blocks and never leaves a gap: once a terminal's record is dropped,
     /// its later ones are refused until a checkpoint is queued.
+    #[test]
+    fn keys_compare_and_hash_by_name() {
+        let (a, b) = (Key::parse("abc").unwrap(), Key::parse("abc").unwrap());
+        assert_eq!(a, b);
+        assert_ne!(a, Key::parse("abd").unwrap());
+        let mut set = KeySet::default();
+        set.insert(a);
+        assert!(set.contains(&b));
+        assert!(!set.contains(&Key::parse("abd").unwrap()));
+        let many: KeySet = (0..1000).map(|_| Key::new()).collect();
+        assert_eq!(many.len(), 1000);
+        assert!(many
+            .iter()
+            .all(|k| many.contains(&Key::parse(k.as_str()).unwrap())));
+    }
+
     #[test]
     fn a_full_queue_drops_until_a_checkpoint() {
         let dir = tempfile::tempdir().unwrap();
