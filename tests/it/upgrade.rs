@@ -85,7 +85,7 @@ impl Install {
 }
 
 /// `ahpty upgrade` against the daemon of `home` (found through its default socket).
-async fn upgrade(home: &Path) -> CliOutput {
+pub(crate) async fn upgrade(home: &Path) -> CliOutput {
     let mut cmd = cli_command(home, &["upgrade", "--timeout", "50s"]);
     cmd.env("XDG_RUNTIME_DIR", runtime_dir(home));
     tokio::task::spawn_blocking(move || run_cli(cmd, UPGRADE_TIMEOUT))
@@ -622,8 +622,61 @@ spec!(
     }
 );
 
+/// The shell command that prints the numbers 1 to `n`, one a line, paced (200 lines every
+/// 20 ms) so that a live upgrade lands in the middle, between the markers `go-2` and `END-4`.
+pub(crate) fn paced_numbers(n: u64) -> String {
+    format!(
+        "f() {{ awk -v n=$1 'BEGIN{{for(i=1;i<=n;i++){{print i; if(i%200==0){{fflush(); \
+         system(\"sleep 0.02\")}}}}}}'; }}; echo go-$((1+1)); f {n}; echo END-$((2+2))"
+    )
+}
+
+/// The numbers printed between the markers of [`paced_numbers`] in `text` (CRs ignored).
+pub(crate) fn numbers_between_markers(text: &str) -> Vec<u64> {
+    let start = text.find("go-2").expect("no go-2 marker");
+    let end = text[start..].find("END-4").expect("no END-4 marker") + start;
+    number_lines(&text[start..end])
+}
+
+// `ahpty logs --follow` over ws:// across a live upgrade: closed with 1012, it resumes by
+// itself (`reconnect` from the last serverSeq it received) and prints every line exactly once,
+// with nothing said on stderr, until the terminal exits.
+spec!(
+    logs_follow_resumes_across_an_upgrade_without_a_gap_or_a_duplicate,
+    async {
+        const N: u64 = 40_000;
+        let d = Daemon::start();
+        let (agent, t) = agent_with_terminal(&d, "follow-up").await;
+        let follower = LiveCli::spawn(d.cli(&["logs", &t, "--follow", "--url", &d.url()]));
+        follower.wait_for("rdy-42", false, SHELL_TIMEOUT).await;
+        agent
+            .type_text(&t, &format!("{}; exit 3\r", paced_numbers(N)))
+            .await;
+        follower.wait_for("\n1000\r\n", false, SHELL_TIMEOUT).await;
+        let out = upgrade(d.home()).await;
+        assert_eq!(out.code, Some(0), "ahpty upgrade: {out:?}\n{}", d.stderr());
+        assert!(
+            !follower.stdout().contains("END-4"),
+            "the numbers were all printed before the upgrade: not mid-stream"
+        );
+        let st = status(&d);
+        eprintln!(
+            "logs --follow across an upgrade: switch {} ms",
+            st["switchMs"]
+        );
+        let done = follower.finish(UPGRADE_TIMEOUT).await;
+        assert_eq!(done.code, Some(0), "{done:?}\n{}", d.stderr());
+        assert_eq!(done.stderr, "", "logs --follow said something: {done:?}");
+        assert_contiguous(
+            &numbers_between_markers(&done.stdout),
+            N,
+            "logs --follow across the upgrade",
+        );
+    }
+);
+
 /// Asserts that `nums` is exactly `1..=n`, naming the first gap or duplicate.
-fn assert_contiguous(nums: &[u64], n: u64, what: &str) {
+pub(crate) fn assert_contiguous(nums: &[u64], n: u64, what: &str) {
     for (i, &x) in nums.iter().enumerate() {
         let want = i as u64 + 1;
         if x != want {
