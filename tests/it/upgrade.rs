@@ -675,6 +675,57 @@ spec!(
     }
 );
 
+// Two `ahpty logs --follow` across one upgrade. Both are `ahpty-cli`, so the second to resume
+// with `reconnect` closes the first one's new connection with 4000; that one resumes again
+// from a fresh snapshot (no second `reconnect`, which would close the other in turn) and says
+// on stderr that some output may be missing. Both follow to the end, never printing a line
+// twice.
+spec!(
+    two_followers_across_an_upgrade_both_go_on_one_from_a_snapshot,
+    async {
+        const N: u64 = 40_000;
+        let d = Daemon::start();
+        let (agent, t) = agent_with_terminal(&d, "two-follow").await;
+        let followers = [
+            LiveCli::spawn(d.cli(&["logs", &t, "--follow", "--url", &d.url()])),
+            LiveCli::spawn(d.cli(&["logs", &t, "--follow"])),
+        ];
+        for f in &followers {
+            f.wait_for("rdy-42", false, SHELL_TIMEOUT).await;
+        }
+        agent
+            .type_text(&t, &format!("{}; exit 3\r", paced_numbers(N)))
+            .await;
+        for f in &followers {
+            f.wait_for("\n1000\r\n", false, SHELL_TIMEOUT).await;
+        }
+        let out = upgrade(d.home()).await;
+        assert_eq!(out.code, Some(0), "ahpty upgrade: {out:?}\n{}", d.stderr());
+        let mut noted = 0;
+        for f in followers {
+            let done = f.finish(UPGRADE_TIMEOUT).await;
+            assert_eq!(done.code, Some(0), "{done:?}\n{}", d.stderr());
+            let nums = numbers_between_markers(&done.stdout);
+            assert!(
+                nums.windows(2).all(|w| w[0] < w[1]),
+                "a line printed twice or out of order"
+            );
+            if done.stderr.is_empty() {
+                assert_contiguous(&nums, N, "the follower that resumed by replay");
+            } else {
+                assert!(
+                    done.stderr.contains("some may be missing"),
+                    "{:?}",
+                    done.stderr
+                );
+                assert_eq!(done.stderr.lines().count(), 1, "{:?}", done.stderr);
+                noted += 1;
+            }
+        }
+        assert_eq!(noted, 1, "exactly one follower was superseded");
+    }
+);
+
 /// Asserts that `nums` is exactly `1..=n`, naming the first gap or duplicate.
 pub(crate) fn assert_contiguous(nums: &[u64], n: u64, what: &str) {
     for (i, &x) in nums.iter().enumerate() {
