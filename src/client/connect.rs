@@ -159,6 +159,8 @@ impl Target {
 }
 
 /// What [`Conn::next`] yields.
+// Nearly every event is an action: boxing it would cost an allocation each.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub enum Event {
     /// An action envelope, in `serverSeq` order.
@@ -337,9 +339,16 @@ impl Conn {
             return true;
         };
         if Instant::now() >= lost.deadline {
+            let what = if lost.replay {
+                format!("the daemon restarted (close code {CLOSE_RESTART}) and")
+            } else {
+                format!(
+                    "another ahpty process resumed as {CLIENT_ID} (close code \
+                     {CLOSE_SUPERSEDED}); the connection"
+                )
+            };
             self.gave_up = Some(format!(
-                "the daemon restarted (close code {CLOSE_RESTART}) and could not be reached \
-                 again within {} s: {}",
+                "{what} could not be reached again within {} s: {}",
                 RESUME_WITHIN.as_secs(),
                 lost.last_error
             ));
@@ -395,7 +404,9 @@ impl Conn {
                 .await
                 .map_err(|f| f.message)?;
             let answer = json!({"type": "snapshot", "snapshots": init.snapshots});
-            found = Some(resumed(&answer, self.last_seq, &self.channels)?);
+            // Counted from the answer: after a real restart the sequence is another process's.
+            let base = u64::try_from(init.server_seq).unwrap_or(0);
+            found = Some(resumed(&answer, base, &self.channels)?);
         }
         let Some((found, last_seq)) = found else {
             return Err("no answer".into());
@@ -985,6 +996,55 @@ mod tests {
             .unwrap()
             .describe()
             .contains("secret"));
+    }
+
+    fn envelope(seq: u64, channel: &str) -> Value {
+        json!({"channel": channel, "serverSeq": seq,
+               "action": {"type": "terminal/data", "data": format!("d{seq}")}})
+    }
+
+    #[test]
+    fn a_replay_continues_after_what_was_received() {
+        let t = "ahp-terminal:/t".to_string();
+        let channels = vec![ROOT.to_string(), t.clone(), "ahp-terminal:/gone".into()];
+        let answer = json!({"type": "replay",
+            "actions": [envelope(7, &t), envelope(8, &t), envelope(9, &t)],
+            "missing": ["ahp-terminal:/gone"]});
+        let (events, seq) = resumed(&answer, 7, &channels).unwrap();
+        assert_eq!(seq, 9);
+        let seqs: Vec<u64> = events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Action(a) => Some(a.server_seq),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(seqs, [8, 9], "what was received is not yielded again");
+        assert!(matches!(events.last(), Some(Event::Missing(m)) if m == "ahp-terminal:/gone"));
+
+        // Nothing missed: an empty replay leaves the position where it was.
+        let empty = json!({"type": "replay", "actions": [], "missing": []});
+        let (events, seq) = resumed(&empty, 12, &channels).unwrap();
+        assert!(events.is_empty());
+        assert_eq!(seq, 12);
+    }
+
+    #[test]
+    fn snapshots_replace_the_stream_and_name_what_is_gone() {
+        let t = "ahp-terminal:/t".to_string();
+        let channels = vec![ROOT.to_string(), t.clone(), "ahp-terminal:/gone".into()];
+        let state = json!({"title": "sh", "content": [], "lifecycle": {"status": "running"},
+            "claim": {"kind": "client", "clientId": "x"}});
+        let answer = json!({"type": "snapshot", "snapshots": [
+            {"resource": ROOT, "state": {"agents": []}, "fromSeq": 40},
+            {"resource": t, "state": state, "fromSeq": 41}]});
+        let (events, seq) = resumed(&answer, 3, &channels).unwrap();
+        assert_eq!(seq, 41);
+        assert_eq!(events.len(), 2, "{events:?}");
+        assert!(matches!(&events[0], Event::Missing(m) if m == "ahp-terminal:/gone"));
+        assert!(matches!(&events[1],
+            Event::Snapshot { channel, from_seq: 41, .. } if *channel == t));
+        assert!(resumed(&json!({"type": "other"}), 3, &channels).is_err());
     }
 
     #[test]
