@@ -997,6 +997,105 @@ async fn many_terminals(c: &mut Raw, tag: &str, n: usize) -> Vec<String> {
     uris
 }
 
+/// The floor for [`scale`]: `n` ptys running the same loop, read by one thread of this process
+/// that waits on all of them with `epoll`, reads each ready pty until it would block and sends
+/// what it read on a loopback TCP socket (drained by another thread). No JSON, no WebSocket
+/// framing, no state: the least any host does per line. Returns that thread's CPU (user, system)
+/// in seconds over `window`, and the lines it forwarded.
+fn raw_chatty(n: usize, window: Duration) -> ((f64, f64), u64) {
+    use portable_pty::{native_pty_system, CommandBuilder, PtySize};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut out = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    let (mut sink, _) = listener.accept().unwrap();
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; 64 * 1024];
+        while matches!(sink.read(&mut buf), Ok(n) if n > 0) {}
+    });
+    let mut ptys = Vec::new();
+    // SAFETY: epoll_create1 has no preconditions; the fd is closed at the end.
+    let ep = unsafe { libc::epoll_create1(0) };
+    for i in 0..n {
+        let pair = native_pty_system()
+            .openpty(PtySize {
+                rows: 24,
+                cols: 80,
+                pixel_width: 0,
+                pixel_height: 0,
+            })
+            .unwrap();
+        let mut cmd = CommandBuilder::new("/bin/bash");
+        cmd.args([
+            "--norc",
+            "--noprofile",
+            "-c",
+            "while :; do echo x; read -t 0.1; done",
+        ]);
+        let child = pair.slave.spawn_command(cmd).unwrap();
+        drop(pair.slave);
+        let fd = pair.master.as_raw_fd().unwrap();
+        // SAFETY: fcntl and epoll_ctl on a descriptor this function owns (the master).
+        unsafe {
+            let fl = libc::fcntl(fd, libc::F_GETFL);
+            libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK);
+            let mut ev = libc::epoll_event {
+                events: (libc::EPOLLIN | libc::EPOLLET) as u32,
+                u64: i as u64,
+            };
+            libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut ev);
+        }
+        ptys.push((pair.master, child, fd));
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let stopper = stop.clone();
+    let fds: Vec<i32> = ptys.iter().map(|p| p.2).collect();
+    let reader = std::thread::spawn(move || {
+        let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 64];
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut lines = 0u64;
+        let mut measure = |start: &mut Option<((f64, f64), std::time::Instant, u64)>| {
+            // SAFETY: epoll_wait writes at most events.len() entries into events.
+            let k = unsafe { libc::epoll_wait(ep, events.as_mut_ptr(), events.len() as i32, 100) };
+            for e in events.iter().take(k.max(0) as usize) {
+                let fd = fds[e.u64 as usize];
+                loop {
+                    // SAFETY: reads at most buf.len() bytes into buf.
+                    let r = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+                    if r <= 0 {
+                        break;
+                    }
+                    out.write_all(&buf[..r as usize]).unwrap();
+                    lines += 1;
+                }
+            }
+            if start.is_none() {
+                *start = Some((thread_cpu(), std::time::Instant::now(), lines));
+            }
+        };
+        let mut start = None;
+        // Two seconds to settle, as in `scale`, then the window.
+        let settle = std::time::Instant::now() + Duration::from_secs(2);
+        while std::time::Instant::now() < settle {
+            measure(&mut None);
+        }
+        measure(&mut start);
+        let (cpu0, t0, lines0) = start.unwrap();
+        while t0.elapsed() < window && !stopper.load(Ordering::Relaxed) {
+            measure(&mut start);
+        }
+        let cpu1 = thread_cpu();
+        ((cpu1.0 - cpu0.0, cpu1.1 - cpu0.1), lines - lines0)
+    });
+    let result = reader.join().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    for (_, mut child, _) in ptys {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    // SAFETY: closes the epoll descriptor created above.
+    unsafe { libc::close(ep) };
+    result
+}
+
 async fn scale() {
     let n = env_num("FLOW_BENCH_SCALE", 256) as usize;
     let window = Duration::from_secs(10);
@@ -1005,6 +1104,16 @@ async fn scale() {
     );
     println!("| transcripts | daemon CPU (% of one core; user + sys) | per envelope | envelopes/s received | lines/s expected |");
     println!("|---|---|---|---|---|");
+    let ((u, sy), lines) = raw_chatty(n, window);
+    println!(
+        "| (floor: one thread, epoll + read + send, no daemon) | **{:.1} %** ({:.1} + {:.1}) | {:.0} µs per read | {:.0} reads/s | {} |",
+        (u + sy) / window.as_secs_f64() * 100.0,
+        u / window.as_secs_f64() * 100.0,
+        sy / window.as_secs_f64() * 100.0,
+        (u + sy) / (lines.max(1) as f64) * 1e6,
+        lines as f64 / window.as_secs_f64(),
+        n * 10
+    );
     for persist in [true, false] {
         let mut args = vec!["--no-shell-integration"];
         if !persist {

@@ -2,7 +2,8 @@
 //! setting's default, limit and documentation lives in `ahpty::config`; this file only
 //! declares the flags and hands what was given to `config::load`.
 //!
-//! May touch: argv, stdout/stderr, the tracing subscriber; everything else is the library's.
+//! May touch: argv, stdout/stderr, the tracing subscriber, the choice of allocator;
+//! everything else is the library's.
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -16,6 +17,15 @@ use ahpty::config::{
 use ahpty::service;
 use clap::{CommandFactory, Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
+
+/// The process's allocator: jemalloc. glibc's malloc serves every allocation above its mmap
+/// threshold (128 KiB at first) with a fresh mapping and trims its heaps eagerly, so a flood's
+/// envelopes (about 150 KB each) were mapped, faulted in page by page, zeroed and unmapped —
+/// with a TLB shootdown on every core — one after another: a third of the daemon's CPU per MB
+/// of output, and a fifth of a snapshot's time (docs/performance.md, "Allocator").
+/// `ahpty::host` returns jemalloc's free pages to the OS after the terminal model's bursts.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// Serve Agent Host Protocol (AHP) 1.0 terminals over WebSocket.
 #[derive(Parser)]
