@@ -1,6 +1,7 @@
-//! Hostile input hurts nobody else: while client A streams `seq 1 200000` from a terminal,
-//! other clients send oversized messages, invalid UTF-8 text frames, deeply nested JSON,
-//! 10 000 subscribes and junk actions. A's stream must arrive complete and in order, and the
+//! Hostile input hurts nobody else: client A's terminal streams numbered lines from before
+//! the attack starts until after it ends, while other clients send oversized messages,
+//! invalid UTF-8 text frames, deeply nested JSON, 10 000 subscribes and junk actions. A's
+//! stream must keep flowing during the attack and arrive complete and in order, and the
 //! daemon's memory must stay bounded.
 
 use std::time::Duration;
@@ -12,7 +13,8 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
 use tokio_tungstenite::tungstenite::protocol::frame::Frame;
 use tokio_tungstenite::tungstenite::Message;
 
-const LAST: u64 = 200_000;
+/// Lines the terminal prints per `seq` it runs while the attack lasts.
+const CHUNK: u64 = 1000;
 
 fn vm_kib(pid: u32, key: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
@@ -148,13 +150,29 @@ measured!(
         a.ready(&t).await;
         let rss_before = vm_kib(pid, "VmRSS:");
 
-        // Start the attack, then the stream.
-        let attacker = tokio::spawn(attack(url.clone(), t.clone()));
-        a.type_text(&t, &format!("seq 1 {LAST}; echo seq-$((6*7))-done\r"))
-            .await;
+        // The stream runs from before the attack until the flag file appears, which happens
+        // once the attack is over.
+        let dir = tempfile::tempdir().unwrap();
+        let flag = dir.path().join("attack-over");
+        a.type_text(
+            &t,
+            &format!(
+                "n=0; until [ -e {} ]; do seq $((n+1)) $((n+{CHUNK})); n=$((n+{CHUNK})); done; echo seq-$((6*7))-done\r",
+                flag.display()
+            ),
+        )
+        .await;
+        a.wait_data(&t, "\n1000\r", Duration::from_secs(30)).await;
+        let attacker = tokio::spawn({
+            let (url, t, flag) = (url.clone(), t.clone(), flag.clone());
+            async move {
+                attack(url, t).await;
+                std::fs::write(&flag, b"").unwrap();
+            }
+        });
 
         // Read A's stream ourselves (linear time), checking serverSeq order as we go.
-        let mut data = String::new();
+        let mut data = a.data.get(&t).cloned().unwrap_or_default();
         let mut last_seq = 0i64;
         let mut peak_rss = rss_before;
         let mut samples = 0u32;
@@ -199,19 +217,30 @@ measured!(
         attacker.await.unwrap();
         peak_rss = peak_rss.max(vm_kib(pid, "VmRSS:"));
 
-        // 1 … LAST, each exactly once, in order, no gap.
-        let numbers: Vec<u64> = data
+        // 1 … n, each exactly once, in order, no gap. The shell checks the flag between chunks,
+        // so all but the first chunk (printed before the attack) and the last (after it) were
+        // printed, and read from the pty by the daemon, while the attack went on.
+        let all: Vec<u64> = data
             .split(['\r', '\n'])
             .filter(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_digit()))
             .map(|l| l.parse().unwrap())
             .collect();
-        let first_bad = numbers
+        let first_bad = all
             .iter()
             .enumerate()
             .find(|(i, n)| **n != *i as u64 + 1)
             .map(|(i, n)| (i, *n));
         assert_eq!(first_bad, None, "sequence broken (index, value)");
-        assert_eq!(numbers.len() as u64, LAST);
+        assert!(all.len() as u64 % CHUNK == 0, "{} lines", all.len());
+        let during = (all.len() as u64).saturating_sub(2 * CHUNK);
+        eprintln!(
+            "{} lines, {during} of them printed during the attack",
+            all.len()
+        );
+        assert!(
+            during >= 20 * CHUNK,
+            "the terminal printed only {during} lines during the attack"
+        );
 
         // The daemon is still healthy for a newcomer.
         let (mut c, _) = Raw::connect_init(&url, "after", &[]).await;
