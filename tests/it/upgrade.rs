@@ -726,6 +726,99 @@ spec!(
     }
 );
 
+// The official SDK's reconnecting runtime (`ahp::hosts`, default `ReconnectPolicy`) across a
+// live upgrade: closed with 1012 it connects again by itself and resumes with `reconnect` —
+// a replay, not a second `initialize` — and delivers every line exactly once.
+spec!(
+    the_official_runtime_resumes_by_replay_across_an_upgrade,
+    async {
+        use ahp::hosts::{HostConfig, HostId, HostState, MultiHostClient};
+        use ahp::{BoxedTransport, SubscriptionEvent, TransportError};
+        const N: u64 = 20_000;
+        let d = Daemon::builder().log("info,ahpty::rpc=debug").start();
+        let url = d.url();
+        let factory = move |_host: HostId| {
+            let url = url.clone();
+            async move {
+                let t = ahp_ws::WebSocketTransport::connect(&url)
+                    .await
+                    .map_err(|e| TransportError::Io(e.to_string()))?;
+                Ok::<_, TransportError>(BoxedTransport::new(t))
+            }
+        };
+        let config = HostConfig::new("ahpty", "ahpty", factory)
+            .with_client_id("rt-up")
+            .with_client_config(client_config());
+        let (multi, _) = MultiHostClient::single(config).await.expect("add host");
+        let id = HostId::new("ahpty");
+        let mut events = multi.events();
+        let (mut helper, _) = Raw::connect_init(&d.url(), "up-helper", &[]).await;
+        let t = term_uri("runtime-up");
+        helper.create_claimed(&t, client_claim("rt-up")).await;
+        multi
+            .subscribe(&id, t.clone())
+            .await
+            .expect("runtime subscribe");
+        helper.subscribe_at(&t).await;
+        helper.ready(&t).await;
+        helper.type_text(&t, &paced_numbers(N)).await;
+        helper.type_text(&t, "\r").await;
+        let mut log = Vec::new();
+        let mut text = String::new();
+        let mut upgraded = false;
+        let deadline = Instant::now() + UPGRADE_TIMEOUT;
+        while !text.contains("END-4") {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let ev = tokio::time::timeout(left, events.recv())
+                .await
+                .expect("the runtime delivered END-4 in time")
+                .expect("the runtime's event stream ended");
+            if let SubscriptionEvent::Action(env) = ev.event {
+                log.push(env);
+                text = data_text(&log, &t);
+            }
+            if !upgraded && text.contains("\n1000\r\n") {
+                upgraded = true;
+                let out = upgrade(d.home()).await;
+                assert_eq!(out.code, Some(0), "ahpty upgrade: {out:?}\n{}", d.stderr());
+                assert!(!text.contains("END-4"), "not mid-stream");
+            }
+        }
+        assert!(upgraded);
+        let host = multi.host(&id).await.expect("the host");
+        assert!(
+            host.generation >= 2 && matches!(host.state, HostState::Connected),
+            "{:?} generation {}",
+            host.state,
+            host.generation
+        );
+        assert_increasing(&log, "the runtime's delivery");
+        assert_contiguous(
+            &numbers_between_markers(&text),
+            N,
+            "the runtime across the upgrade",
+        );
+        let stderr = d.stderr();
+        let mine = |needle: &str| {
+            stderr
+                .lines()
+                .filter(|l| l.contains(needle) && l.contains("client_id=rt-up"))
+                .count()
+        };
+        assert_eq!(
+            mine("client initialized"),
+            1,
+            "initialized again:\n{stderr}"
+        );
+        assert_eq!(
+            mine("client reconnected: replay of"),
+            1,
+            "no resume by replay:\n{}",
+            tail(&stderr, 3000)
+        );
+    }
+);
+
 /// Asserts that `nums` is exactly `1..=n`, naming the first gap or duplicate.
 pub(crate) fn assert_contiguous(nums: &[u64], n: u64, what: &str) {
     for (i, &x) in nums.iter().enumerate() {
