@@ -638,6 +638,48 @@ pub(crate) fn numbers_between_markers(text: &str) -> Vec<u64> {
     number_lines(&text[start..end])
 }
 
+/// `ahpty logs --follow` of one terminal by as many followers as `over_tcp` has entries (over
+/// ws:// where `true`, else the default Unix socket) while it prints [`paced_numbers`] and
+/// exits, with `ahpty upgrade` run mid-stream: what each follower printed, once it ended.
+async fn followers_across_an_upgrade(tag: &str, n: u64, over_tcp: &[bool]) -> Vec<CliOutput> {
+    let d = Daemon::start();
+    let (agent, t) = agent_with_terminal(&d, tag).await;
+    let url = d.url();
+    let followers: Vec<LiveCli> = over_tcp
+        .iter()
+        .map(|&tcp| {
+            let mut args = vec!["logs", t.as_str(), "--follow"];
+            if tcp {
+                args.extend(["--url", url.as_str()]);
+            }
+            LiveCli::spawn(d.cli(&args))
+        })
+        .collect();
+    for f in &followers {
+        f.wait_for("rdy-42", false, SHELL_TIMEOUT).await;
+    }
+    agent
+        .type_text(&t, &format!("{}; exit 3\r", paced_numbers(n)))
+        .await;
+    for f in &followers {
+        f.wait_for("\n1000\r\n", false, SHELL_TIMEOUT).await;
+    }
+    let out = upgrade(d.home()).await;
+    assert_eq!(out.code, Some(0), "ahpty upgrade: {out:?}\n{}", d.stderr());
+    eprintln!("{tag}: switch {} ms", status(&d)["switchMs"]);
+    assert!(
+        followers.iter().all(|f| !f.stdout().contains("END-4")),
+        "the numbers were all printed before the upgrade: not mid-stream"
+    );
+    let mut done = Vec::new();
+    for f in followers {
+        let out = f.finish(UPGRADE_TIMEOUT).await;
+        assert_eq!(out.code, Some(0), "{out:?}\n{}", d.stderr());
+        done.push(out);
+    }
+    done
+}
+
 // `ahpty logs --follow` over ws:// across a live upgrade: closed with 1012, it resumes by
 // itself (`reconnect` from the last serverSeq it received) and prints every line exactly once,
 // with nothing said on stderr, until the terminal exits.
@@ -645,30 +687,14 @@ spec!(
     logs_follow_resumes_across_an_upgrade_without_a_gap_or_a_duplicate,
     async {
         const N: u64 = 40_000;
-        let d = Daemon::start();
-        let (agent, t) = agent_with_terminal(&d, "follow-up").await;
-        let follower = LiveCli::spawn(d.cli(&["logs", &t, "--follow", "--url", &d.url()]));
-        follower.wait_for("rdy-42", false, SHELL_TIMEOUT).await;
-        agent
-            .type_text(&t, &format!("{}; exit 3\r", paced_numbers(N)))
-            .await;
-        follower.wait_for("\n1000\r\n", false, SHELL_TIMEOUT).await;
-        let out = upgrade(d.home()).await;
-        assert_eq!(out.code, Some(0), "ahpty upgrade: {out:?}\n{}", d.stderr());
-        assert!(
-            !follower.stdout().contains("END-4"),
-            "the numbers were all printed before the upgrade: not mid-stream"
+        let done = followers_across_an_upgrade("follow-up", N, &[true]).await;
+        assert_eq!(
+            done[0].stderr, "",
+            "logs --follow said something: {:?}",
+            done[0]
         );
-        let st = status(&d);
-        eprintln!(
-            "logs --follow across an upgrade: switch {} ms",
-            st["switchMs"]
-        );
-        let done = follower.finish(UPGRADE_TIMEOUT).await;
-        assert_eq!(done.code, Some(0), "{done:?}\n{}", d.stderr());
-        assert_eq!(done.stderr, "", "logs --follow said something: {done:?}");
         assert_contiguous(
-            &numbers_between_markers(&done.stdout),
+            &numbers_between_markers(&done[0].stdout),
             N,
             "logs --follow across the upgrade",
         );
@@ -684,27 +710,8 @@ spec!(
     two_followers_across_an_upgrade_both_go_on_one_from_a_snapshot,
     async {
         const N: u64 = 40_000;
-        let d = Daemon::start();
-        let (agent, t) = agent_with_terminal(&d, "two-follow").await;
-        let followers = [
-            LiveCli::spawn(d.cli(&["logs", &t, "--follow", "--url", &d.url()])),
-            LiveCli::spawn(d.cli(&["logs", &t, "--follow"])),
-        ];
-        for f in &followers {
-            f.wait_for("rdy-42", false, SHELL_TIMEOUT).await;
-        }
-        agent
-            .type_text(&t, &format!("{}; exit 3\r", paced_numbers(N)))
-            .await;
-        for f in &followers {
-            f.wait_for("\n1000\r\n", false, SHELL_TIMEOUT).await;
-        }
-        let out = upgrade(d.home()).await;
-        assert_eq!(out.code, Some(0), "ahpty upgrade: {out:?}\n{}", d.stderr());
         let mut noted = 0;
-        for f in followers {
-            let done = f.finish(UPGRADE_TIMEOUT).await;
-            assert_eq!(done.code, Some(0), "{done:?}\n{}", d.stderr());
+        for done in followers_across_an_upgrade("two-follow", N, &[true, false]).await {
             let nums = numbers_between_markers(&done.stdout);
             assert!(
                 nums.windows(2).all(|w| w[0] < w[1]),
@@ -726,6 +733,22 @@ spec!(
     }
 );
 
+/// An `ahp-ws` transport to `url`, for the official runtime's factory.
+async fn ws_transport(url: String) -> Result<ahp::BoxedTransport, ahp::TransportError> {
+    match ahp_ws::WebSocketTransport::connect(&url).await {
+        Ok(t) => Ok(ahp::BoxedTransport::new(t)),
+        Err(e) => Err(ahp::TransportError::Io(e.to_string())),
+    }
+}
+
+/// Lines of `log` that contain `needle` and name `client_id=ID`.
+fn client_lines(log: &str, needle: &str, id: &str) -> usize {
+    let tag = format!("client_id={id}");
+    log.lines()
+        .filter(|l| l.contains(needle) && l.split_whitespace().any(|w| w == tag))
+        .count()
+}
+
 // The official SDK's reconnecting runtime (`ahp::hosts`, default `ReconnectPolicy`) across a
 // live upgrade: closed with 1012 it connects again by itself and resumes with `reconnect` —
 // a replay, not a second `initialize` — and delivers every line exactly once.
@@ -733,34 +756,18 @@ spec!(
     the_official_runtime_resumes_by_replay_across_an_upgrade,
     async {
         use ahp::hosts::{HostConfig, HostId, HostState, MultiHostClient};
-        use ahp::{BoxedTransport, SubscriptionEvent, TransportError};
+        use ahp::SubscriptionEvent;
         const N: u64 = 20_000;
         let d = Daemon::builder().log("info,ahpty::rpc=debug").start();
         let url = d.url();
-        let factory = move |_host: HostId| {
-            let url = url.clone();
-            async move {
-                let t = ahp_ws::WebSocketTransport::connect(&url)
-                    .await
-                    .map_err(|e| TransportError::Io(e.to_string()))?;
-                Ok::<_, TransportError>(BoxedTransport::new(t))
-            }
-        };
-        let config = HostConfig::new("ahpty", "ahpty", factory)
+        let config = HostConfig::new("ahpty", "ahpty", move |_| ws_transport(url.clone()))
             .with_client_id("rt-up")
             .with_client_config(client_config());
         let (multi, _) = MultiHostClient::single(config).await.expect("add host");
         let id = HostId::new("ahpty");
         let mut events = multi.events();
-        let (mut helper, _) = Raw::connect_init(&d.url(), "up-helper", &[]).await;
-        let t = term_uri("runtime-up");
-        helper.create_claimed(&t, client_claim("rt-up")).await;
-        multi
-            .subscribe(&id, t.clone())
-            .await
-            .expect("runtime subscribe");
-        helper.subscribe_at(&t).await;
-        helper.ready(&t).await;
+        let (mut helper, t, _) = claimed_shell(&d, "up-helper", "runtime-up").await;
+        multi.subscribe(&id, t.clone()).await.expect("subscribe");
         helper.type_text(&t, &paced_numbers(N)).await;
         helper.type_text(&t, "\r").await;
         let mut log = Vec::new();
@@ -798,24 +805,10 @@ spec!(
             N,
             "the runtime across the upgrade",
         );
-        let stderr = d.stderr();
-        let mine = |needle: &str| {
-            stderr
-                .lines()
-                .filter(|l| l.contains(needle) && l.contains("client_id=rt-up"))
-                .count()
-        };
-        assert_eq!(
-            mine("client initialized"),
-            1,
-            "initialized again:\n{stderr}"
-        );
-        assert_eq!(
-            mine("client reconnected: replay of"),
-            1,
-            "no resume by replay:\n{}",
-            tail(&stderr, 3000)
-        );
+        let log = d.stderr();
+        let once = |needle: &str| client_lines(&log, needle, "rt-up") == 1;
+        assert!(once("client initialized"), "initialized again:\n{log}");
+        assert!(once("client reconnected: replay of"), "no replay:\n{log}");
     }
 );
 
