@@ -594,9 +594,35 @@ fn signal_all(members: &[(i32, i32)], sig: Signal) {
     }
 }
 
+/// Whether the process `pid` is alive (not a zombie) and still in session `sid`, from its
+/// `/proc/<pid>/stat` alone.
+fn still_member(pid: i32, sid: i32) -> bool {
+    procfs::process::Process::new(pid)
+        .and_then(|p| p.stat())
+        .is_ok_and(|stat| stat.session == sid && stat.state != 'Z')
+}
+
+/// The members of session `sid` left after a signal: while some of `known` are alive, only
+/// they are read (one `/proc/<pid>/stat` each); once none is, one scan of all of `/proc`
+/// catches any process forked into the session meanwhile. So waiting out a grace period costs
+/// a few reads per 10 ms step, not a scan of every process on the machine per step (which,
+/// with hundreds of terminals ending at once at shutdown, took seconds of CPU).
+fn members_left(sid: i32, known: &[(i32, i32)]) -> Vec<(i32, i32)> {
+    let alive: Vec<(i32, i32)> = known
+        .iter()
+        .copied()
+        .filter(|&(pid, _)| still_member(pid, sid))
+        .collect();
+    if alive.is_empty() {
+        session_members(sid)
+    } else {
+        alive
+    }
+}
+
 /// See [`Pty::kill_session`](super::Pty::kill_session).
 pub fn kill_session(sid: i32, grace: Duration) {
-    let members = session_members(sid);
+    let mut members = session_members(sid);
     if members.is_empty() {
         return;
     }
@@ -604,18 +630,19 @@ pub fn kill_session(sid: i32, grace: Duration) {
     signal_all(&members, Signal::SIGCONT);
     let deadline = Instant::now() + grace;
     while Instant::now() < deadline {
-        if session_members(sid).is_empty() {
+        members = members_left(sid, &members);
+        if members.is_empty() {
             return;
         }
         std::thread::sleep(Duration::from_millis(10));
     }
     let deadline = Instant::now() + Duration::from_secs(1);
     loop {
-        let left = session_members(sid);
-        if left.is_empty() || Instant::now() >= deadline {
+        members = members_left(sid, &members);
+        if members.is_empty() || Instant::now() >= deadline {
             return;
         }
-        signal_all(&left, Signal::SIGKILL);
+        signal_all(&members, Signal::SIGKILL);
         std::thread::sleep(Duration::from_millis(10));
     }
 }

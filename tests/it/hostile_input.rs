@@ -231,7 +231,11 @@ measured!(
             .find(|(i, n)| **n != *i as u64 + 1)
             .map(|(i, n)| (i, *n));
         assert_eq!(first_bad, None, "sequence broken (index, value)");
-        assert!(all.len() as u64 % CHUNK == 0, "{} lines", all.len());
+        assert!(
+            (all.len() as u64).is_multiple_of(CHUNK),
+            "{} lines",
+            all.len()
+        );
         let during = (all.len() as u64).saturating_sub(2 * CHUNK);
         eprintln!(
             "{} lines, {during} of them printed during the attack",
