@@ -2,18 +2,19 @@
 //! against a raw pty, echo latency, memory under a stalled flood and per idle terminal, a fast
 //! viewer beside a stalled one, fan-out (with and without a stalled viewer), CPU with many
 //! chatty terminals and with many paused ones, what the terminal model costs (throughput
-//! of escape-heavy output, snapshot time, idle memory) and what the transcript store costs
-//! (throughput, CPU and disk bytes with persistence on and off). Results and how to read them:
-//! docs/performance.md.
+//! of escape-heavy output, snapshot time, idle memory), what the transcript store costs
+//! (throughput, CPU and disk bytes with persistence on and off) and how long a live upgrade
+//! stops the daemon. Results and how to read them: docs/performance.md.
 //!
 //! ```text
 //! cargo bench --bench flow                      # everything
-//! cargo bench --bench flow -- throughput latency memory idle stalled fanout scale paused model persist
+//! cargo bench --bench flow -- throughput latency memory idle stalled fanout scale paused model persist upgrade
 //! ```
 //! Environment: `FLOW_BENCH_FILE_MIB` (default 256), `FLOW_BENCH_STALL_SECS` (60),
 //! `FLOW_BENCH_STALLED_SECS` (60), `FLOW_BENCH_IDLE_TERMINALS` (100), `FLOW_BENCH_FANOUT` (32),
 //! `FLOW_BENCH_SCALE` (256), `FLOW_BENCH_PAUSED` (256), `FLOW_BENCH_MODEL_MIB` (64),
-//! `FLOW_BENCH_MODEL_TERMINALS` (50), `FLOW_BENCH_SNAPSHOTS` (30), `FLOW_BENCH_PERSIST_CHATTY` (64). Each benchmark prints
+//! `FLOW_BENCH_MODEL_TERMINALS` (50), `FLOW_BENCH_SNAPSHOTS` (30), `FLOW_BENCH_PERSIST_CHATTY` (64),
+//! `FLOW_BENCH_UPGRADE_TERMINALS` (16), `FLOW_BENCH_UPGRADES` (10). Each benchmark prints
 //! the daemon's pid on stderr (`daemon pid N: …`), so a profiler can be attached to it. The
 //! daemons run with their default settings, so with transcripts on, in the benchmark's
 //! temporary `$HOME`, unless a case says otherwise.
@@ -1377,6 +1378,91 @@ async fn paused() {
     );
 }
 
+// ─── live upgrade ────────────────────────────────────────────────────────────
+
+/// `ahpty upgrade` of a daemon with terminals holding history, one of them a ticker writing a
+/// timestamp every 20 ms: the switch (quiesced → serving) and SIGUSR2 → serving as the daemon
+/// reports them, and the ticker's largest gap around each upgrade against elsewhere.
+async fn upgrade() {
+    let n = env_num("FLOW_BENCH_UPGRADE_TERMINALS", 16) as usize;
+    let rounds = env_num("FLOW_BENCH_UPGRADES", 10) as usize;
+    println!(
+        "\n## upgrade: `ahpty upgrade` ×{rounds}, {n} terminals with ~110 KB of history each, one ticking every 20 ms\n"
+    );
+    let d = Daemon::start();
+    announce(&d, "upgrade");
+    let (mut c, _) = Raw::connect_init(&d.url(), "upgrade", &[]).await;
+    let uris = many_terminals(&mut c, "up", n).await;
+    for t in &uris[1..] {
+        c.type_text(t, "seq 1 20000; echo done-$((1+1))\r").await;
+    }
+    for t in &uris[1..] {
+        c.watch.insert(t.clone());
+        c.wait_data(t, "done-2", Duration::from_secs(60)).await;
+    }
+    let ticker = &uris[0];
+    c.type_text(
+        ticker,
+        "while :; do echo \"ts $EPOCHREALTIME\"; sleep 0.02; done\r",
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64())
+    };
+    let status = d
+        .runtime_dir()
+        .join(format!("ahpty/upgrade-{}.json", d.pid()));
+    let (mut switch, mut total, mut windows) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        let mut cmd = cli_command(d.home(), &["upgrade", "--timeout", "50s"]);
+        cmd.env("XDG_RUNTIME_DIR", d.runtime_dir());
+        let start = now();
+        let out = tokio::task::spawn_blocking(move || run_cli(cmd, Duration::from_secs(60)))
+            .await
+            .unwrap();
+        windows.push((start, now()));
+        assert_eq!(out.code, Some(0), "ahpty upgrade: {out:?}\n{}", d.stderr());
+        let st: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&status).unwrap()).unwrap();
+        switch.push(st["switchMs"].as_f64().unwrap_or(f64::NAN));
+        total.push(st["totalMs"].as_f64().unwrap_or(f64::NAN));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let (mut r, _) = Raw::connect_init(&d.url(), "upgrade-read", &[]).await;
+    let text = content_text(&terminal_of(&r.subscribe(ticker).await));
+    let ticks: Vec<f64> = text
+        .split('\n')
+        .filter_map(|l| l.trim_end_matches('\r').strip_prefix("ts "))
+        .filter_map(|v| v.trim().parse().ok())
+        .collect();
+    let (mut during, mut elsewhere) = (0.0f64, 0.0f64);
+    for w in ticks.windows(2) {
+        let gap = (w[1] - w[0]) * 1000.0;
+        if windows.iter().any(|&(a, b)| w[1] >= a && w[0] <= b) {
+            during = during.max(gap);
+        } else {
+            elsewhere = elsewhere.max(gap);
+        }
+    }
+    let stats = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        (v[v.len() / 2], v[0], v[v.len() - 1])
+    };
+    let (sm, s0, s1) = stats(&mut switch);
+    let (tm, t0, t1) = stats(&mut total);
+    println!("| measure | median | min | max |");
+    println!("|---|---|---|---|");
+    println!("| switch (quiesced → serving) | **{sm:.1} ms** | {s0:.1} ms | {s1:.1} ms |");
+    println!("| SIGUSR2 → serving (pre-flight included) | {tm:.1} ms | {t0:.1} ms | {t1:.1} ms |");
+    println!(
+        "\nticker: {} ticks; largest gap {during:.1} ms around the upgrades, {elsewhere:.1} ms elsewhere",
+        ticks.len()
+    );
+}
+
 fn main() {
     let wanted: Vec<String> = std::env::args()
         .skip(1)
@@ -1393,6 +1479,7 @@ fn main() {
         "paused",
         "model",
         "persist",
+        "upgrade",
     ];
     let run: Vec<&str> = if wanted.is_empty() {
         all.to_vec()
@@ -1429,6 +1516,7 @@ fn main() {
                 "paused" => paused().await,
                 "model" => model().await,
                 "persist" => persist().await,
+                "upgrade" => upgrade().await,
                 _ => unreachable!(),
             }
         }

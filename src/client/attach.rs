@@ -16,12 +16,19 @@
 //! With stdin not a terminal (pipe mode), stdin is copied to the terminal as input and live
 //! output to stdout, until the terminal exits (stdin's end stops only the input).
 //!
+//! A live upgrade of the daemon (close code 1012) does not end the session: the connection is
+//! resumed ([`super::connect`]) and output goes on from the last `serverSeq`, with no gap and
+//! no duplicate; keys typed meanwhile are sent once it is back. Resumed with a snapshot
+//! instead (see [`Event::Snapshot`]), the screen is repainted from it (in pipe mode, one line
+//! on stderr says output may be missing).
+//!
 //! Attaching to the terminal `ahpty` itself runs in is refused (`$AHPTY_TERMINAL` and
 //! `$AHPTY_HOST_ID` name it).
 //!
 //! May touch: its one daemon connection, the local terminal (stdin, stdout, termios through
 //! [`super::tty`]), the SIGWINCH/SIGTERM/SIGHUP/SIGINT handlers it installs, stderr.
 
+use std::cell::Cell;
 use std::io::{Read, Write};
 
 use ahp::ahp_types::actions::{StateAction, TerminalClaimedAction, TerminalResizedAction};
@@ -29,7 +36,7 @@ use ahp::ahp_types::state::{TerminalClaim, TerminalClientClaim, TerminalLifecycl
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
 
-use super::connect::{CLIENT_ID, ROOT};
+use super::connect::{Event, CLIENT_ID, ROOT};
 use super::modes::Modes;
 use super::{remote, tty, Conn, Failure, Outcome, Target, EXIT_LOST};
 use crate::config::{HOST_ID_ENV, TERMINAL_ENV};
@@ -158,6 +165,7 @@ pub(crate) async fn attach_to(
         );
     }
     let (state, from_seq) = remote::subscribe(&mut conn, uri).await?;
+    conn.resume_on_restart();
     let exited = match &state.lifecycle {
         TerminalLifecycleState::Exited(e) => Some(e.exit_code),
         TerminalLifecycleState::Running(_) => None,
@@ -165,7 +173,7 @@ pub(crate) async fn attach_to(
     let size = (state.cols, state.rows);
     let session = Session {
         uri: uri.to_string(),
-        from_seq,
+        from_seq: Cell::new(from_seq),
         opts: opts.clone(),
         tty: tty::stdin_is_tty(),
     };
@@ -189,7 +197,7 @@ enum End {
     Detached,
     Exited(Option<i64>),
     Disposed,
-    Lost,
+    Lost(Failure),
     Signal(i32),
     StdoutClosed,
 }
@@ -213,7 +221,7 @@ impl End {
             ),
             End::Exited(None) => (Some(format!("{uri} exited")), 1),
             End::Disposed => (Some(format!("{uri} was disposed")), 1),
-            End::Lost => (Some(Failure::lost().message), EXIT_LOST),
+            End::Lost(f) => (Some(f.message.clone()), EXIT_LOST),
             End::Signal(s) => {
                 let name = nix::sys::signal::Signal::try_from(*s)
                     .map(|s| s.as_str().to_string())
@@ -234,7 +242,9 @@ impl End {
 
 struct Session {
     uri: String,
-    from_seq: u64,
+    /// Live actions with a larger `serverSeq` follow the snapshot shown (a resume with a
+    /// snapshot moves it).
+    from_seq: Cell<u64>,
     opts: AttachOptions,
     tty: bool,
 }
@@ -315,7 +325,7 @@ impl Signals {
 impl Session {
     /// What a live envelope means for the session: output to show, or the end.
     fn classify(&self, e: &ahp::ahp_types::actions::ActionEnvelope) -> Option<Result<String, End>> {
-        if e.server_seq <= self.from_seq {
+        if e.server_seq <= self.from_seq.get() {
             return None;
         }
         if e.channel == self.uri {
@@ -328,9 +338,34 @@ impl Session {
         (e.channel == ROOT && remote::disposed(e, &self.uri)).then_some(Err(End::Disposed))
     }
 
+    /// What a resume found about this session's terminal: its fresh snapshot (`Ok`: the
+    /// output to show in place of the screen, with the new `from_seq` set), or the end.
+    /// `None`: nothing for this terminal.
+    fn resumed(&self, ev: &Event) -> Option<Result<String, End>> {
+        match ev {
+            Event::Snapshot {
+                channel,
+                state,
+                from_seq,
+            } if *channel == self.uri => {
+                self.from_seq.set(*from_seq);
+                let exited = match &state.lifecycle {
+                    TerminalLifecycleState::Exited(e) => Some(e.exit_code),
+                    TerminalLifecycleState::Running(_) => None,
+                };
+                Some(match exited {
+                    Some(code) => Err(End::Exited(code)),
+                    None => Ok(remote::replay(state)),
+                })
+            }
+            Event::Missing(channel) if *channel == self.uri => Some(Err(End::Disposed)),
+            _ => None,
+        }
+    }
+
     async fn send_input(
         &self,
-        conn: &Conn,
+        conn: &mut Conn,
         decoder: &mut Utf8Decoder,
         bytes: &[u8],
     ) -> Result<(), End> {
@@ -342,24 +377,18 @@ impl Session {
         if text.is_empty() {
             return Ok(());
         }
-        conn.client
-            .dispatch(self.uri.clone(), remote::input(text))
+        conn.dispatch(&self.uri, remote::input(text))
             .await
-            .map(|_| ())
-            .map_err(|_| End::Lost)
+            .map_err(End::Lost)
     }
 
-    async fn send_size(&self, conn: &Conn, size: (u16, u16)) -> Result<(), End> {
+    async fn send_size(&self, conn: &mut Conn, size: (u16, u16)) -> Result<(), End> {
         let clamp = |v: u16| i64::from(v).clamp(1, MAX_DIMENSION);
         let action = StateAction::TerminalResized(TerminalResizedAction {
             cols: clamp(size.0),
             rows: clamp(size.1),
         });
-        conn.client
-            .dispatch(self.uri.clone(), action)
-            .await
-            .map(|_| ())
-            .map_err(|_| End::Lost)
+        conn.dispatch(&self.uri, action).await.map_err(End::Lost)
     }
 
     /// The interactive session: raw mode, repaint, keys, SIGWINCH, detach key.
@@ -402,9 +431,18 @@ impl Session {
             let mut decoder = Utf8Decoder::new();
             loop {
                 tokio::select! {
-                    ev = conn.next_event() => {
-                        let Some(e) = ev else { break 'session End::Lost };
-                        match self.classify(&e) {
+                    ev = conn.next() => {
+                        let Some(ev) = ev else { break 'session End::Lost(conn.lost_failure()) };
+                        let shown = match &ev {
+                            Event::Action(e) => self.classify(e),
+                            // Resumed with a snapshot: the screen is drawn again from it.
+                            ev => self.resumed(ev).map(|r| r.map(|replay| {
+                                let repaint = format!("{}\x1b[H\x1b[2J{replay}", modes.reset());
+                                modes = Modes::new();
+                                repaint
+                            })),
+                        };
+                        match shown {
                             Some(Ok(data)) => {
                                 modes.track(&data);
                                 if out.send(data.into_bytes()).await.is_err() {
@@ -465,9 +503,22 @@ impl Session {
         let mut decoder = Utf8Decoder::new();
         let end = loop {
             tokio::select! {
-                ev = conn.next_event() => {
-                    let Some(e) = ev else { break End::Lost };
-                    match self.classify(&e) {
+                ev = conn.next() => {
+                    let Some(ev) = ev else { break End::Lost(conn.lost_failure()) };
+                    let shown = match &ev {
+                        Event::Action(e) => self.classify(e),
+                        // Resumed with a snapshot: only live output is copied, so say so.
+                        ev => self.resumed(ev).map(|r| r.map(|_| {
+                            eprintln!(
+                                "ahpty: the daemon restarted and could not replay {}'s output \
+                                 meanwhile; some may be missing",
+                                self.uri
+                            );
+                            String::new()
+                        })),
+                    };
+                    match shown {
+                        Some(Ok(data)) if data.is_empty() => {}
                         Some(Ok(data)) => {
                             let sent = out.send(data.into_bytes()).await;
                             if sent.is_err() {
@@ -488,7 +539,7 @@ impl Session {
                         let mut rest = String::new();
                         decoder.finish_into(&mut rest);
                         if !rest.is_empty() && !self.opts.read_only {
-                            let _ = conn.client.dispatch(self.uri.clone(), remote::input(rest)).await;
+                            let _ = conn.dispatch(&self.uri, remote::input(rest)).await;
                         }
                         stdin = None;
                     }

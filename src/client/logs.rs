@@ -2,7 +2,10 @@
 //! content, up to the daemon's `--scrollback-bytes`), then with `--follow` its live output
 //! until it exits or is disposed (like `docker logs -f`). `--plain` strips escape sequences
 //! ([`super::plain`]). With `--follow`, a reader that stops reading for longer than the
-//! daemon's `--stall-timeout` is disconnected (exit 255).
+//! daemon's `--stall-timeout` is disconnected (exit 255). A live upgrade of the daemon (close
+//! code 1012) does not end `--follow`: the connection is resumed ([`super::connect`]) and the
+//! output goes on from the last `serverSeq`, with no gap and no duplicate (resumed with a
+//! snapshot instead, one line on stderr says output may be missing).
 //!
 //! May touch: its one daemon connection and stdout.
 
@@ -10,9 +13,9 @@ use ahp::ahp_types::actions::StateAction;
 use ahp::ahp_types::state::TerminalLifecycleState;
 use tokio::io::AsyncWriteExt;
 
-use super::connect::ROOT;
+use super::connect::{Event, ROOT};
 use super::plain::Plain;
-use super::{remote, Conn, Failure, Outcome, Target};
+use super::{remote, Conn, Outcome, Target};
 
 /// `ahpty logs`.
 pub async fn logs(
@@ -42,9 +45,29 @@ pub async fn logs(
         conn.close().await;
         return Ok(0);
     }
+    conn.resume_on_restart();
+    let mut from_seq = from_seq;
     loop {
-        let Some(e) = conn.next_event().await else {
-            return Err(Failure::lost());
+        let e = match conn.next().await {
+            None => return Err(conn.lost_failure()),
+            Some(Event::Action(e)) => e,
+            Some(Event::Missing(m)) if m == uri => break,
+            Some(Event::Snapshot {
+                channel,
+                state,
+                from_seq: at,
+            }) if channel == uri => {
+                from_seq = at;
+                if !matches!(state.lifecycle, TerminalLifecycleState::Running(_)) {
+                    break;
+                }
+                eprintln!(
+                    "ahpty: the daemon restarted and could not replay {uri}'s output \
+                     meanwhile; some may be missing"
+                );
+                continue;
+            }
+            Some(_) => continue,
         };
         if e.server_seq <= from_seq {
             continue;

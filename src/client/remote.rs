@@ -22,7 +22,7 @@ pub async fn find(conn: &mut Conn, query: &str) -> Result<(TerminalSummary, Stri
 }
 
 /// `subscribe` to a terminal: its state and the snapshot's `fromSeq` (every later action on
-/// it has a larger `serverSeq`).
+/// it has a larger `serverSeq`). The connection resumes the subscription after a restart.
 pub async fn subscribe(conn: &mut Conn, uri: &str) -> Result<(TerminalState, u64), Failure> {
     let result: Value = conn.request("subscribe", json!({ "channel": uri })).await?;
     let snapshot = result
@@ -38,6 +38,7 @@ pub async fn subscribe(conn: &mut Conn, uri: &str) -> Result<(TerminalState, u64
                 Failure::failed(format!("subscribe {uri}: not a terminal snapshot: {e}"))
             })
         })?;
+    conn.subscribed(uri, from_seq);
     Ok((state, from_seq))
 }
 

@@ -16,7 +16,9 @@ use std::collections::HashMap;
 use std::io;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use ahp_types::state::{RootState, TerminalState};
 
@@ -32,11 +34,10 @@ use crate::terminal::{self, Adopted, Pty, PtyMaster, ReaderCarry, Reaping};
 /// (RFC 6455 §7.4.1 "Service Restart"): reconnect, with `reconnect` and the last `serverSeq`.
 pub const CLOSE_RESTART: u16 = 1012;
 
-/// How long creations in flight may take to finish before an upgrade gives up.
-const SETTLE_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// How long the terminals' pumps get to apply what their readers read before suspending.
-const PARK_TIMEOUT: Duration = Duration::from_secs(5);
+/// A timeout as messages name it: `5 s`, `1.5 s`.
+pub fn seconds(d: Duration) -> String {
+    format!("{} s", d.as_millis() as f64 / 1000.0)
+}
 
 /// The host's state as data (part of the hand-over, docs/upgrade.md).
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -109,16 +110,20 @@ pub struct TerminalImage {
 
 impl Host {
     /// First step of a live upgrade: refuses new terminals (-32603 "ahpty is upgrading"),
-    /// waits (at most 5 s) for creations in flight, then closes every connection with
+    /// waits at most `timeout` (the daemon's `--upgrade-timeout`, which bounds every wait of an
+    /// upgrade: docs/upgrade.md) for creations in flight, then closes every connection with
     /// [`CLOSE_RESTART`]. Errors: creations did not finish in time (nothing was closed and the
     /// host serves on as before).
-    pub async fn begin_upgrade(&self) -> Result<(), String> {
+    pub async fn begin_upgrade(&self, timeout: Duration) -> Result<(), String> {
         self.lock().upgrading = true;
-        let deadline = Instant::now() + SETTLE_TIMEOUT;
+        let deadline = Instant::now() + timeout;
         while !self.lock().spawning.is_empty() {
             if Instant::now() >= deadline {
                 self.lock().upgrading = false;
-                return Err("terminals being created did not finish within 5 s".into());
+                return Err(format!(
+                    "terminals being created did not finish within {}",
+                    seconds(timeout)
+                ));
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
@@ -141,9 +146,9 @@ impl Host {
     /// host serves nothing: the caller executes the new image (or this one again).
     ///
     /// Never fails as a whole: a terminal whose pty cannot be duplicated is left out (and
-    /// logged); one whose pump does not stop within 5 s is handed over without its reader's
-    /// held-back bytes (logged too).
-    pub async fn suspend(self: &Arc<Self>) -> (HostImage, Vec<OwnedFd>) {
+    /// logged); one whose pump does not stop within `timeout` (`--upgrade-timeout`) is handed
+    /// over without its reader's held-back bytes (logged too).
+    pub async fn suspend(self: &Arc<Self>, timeout: Duration) -> (HostImage, Vec<OwnedFd>) {
         let processes: Vec<_> = {
             let mut inner = self.lock();
             let conns: Vec<_> = inner.connections.keys().copied().collect();
@@ -169,7 +174,7 @@ impl Host {
             // A pump waiting for a congested subscriber re-checks its (now open) gate.
             wake.notify_one();
         }
-        let deadline = Instant::now() + PARK_TIMEOUT;
+        let deadline = Instant::now() + timeout;
         loop {
             let waiting = {
                 let inner = self.lock();
@@ -186,8 +191,9 @@ impl Host {
             }
             if Instant::now() >= deadline {
                 tracing::warn!(
-                    "{waiting} terminal(s) did not stop within 5 s: handed over without the \
-                     bytes their readers held back"
+                    "{waiting} terminal(s) did not stop within {}: handed over without the \
+                     bytes their readers held back",
+                    seconds(timeout)
                 );
                 break;
             }
@@ -410,5 +416,38 @@ fn entry(
             .transcript
             .as_ref()
             .and_then(|(key, since)| persist::Transcript::from_image(key, *since)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `--upgrade-timeout` bounds the wait for creations in flight: a shell that is still
+    /// being spawned when it runs out makes the upgrade give up — after exactly that long, not
+    /// the 5 s default — with nothing closed and `createTerminal` accepted again.
+    #[tokio::test(start_paused = true)]
+    async fn the_upgrade_timeout_bounds_the_wait_for_creations_in_flight() {
+        let host = Host::new(&Config::default());
+        host.lock().spawning.insert("ahp-terminal:/slow".into());
+        let started = Instant::now();
+        let err = host
+            .begin_upgrade(Duration::from_millis(1500))
+            .await
+            .unwrap_err();
+        let waited = started.elapsed();
+        assert!(
+            waited >= Duration::from_millis(1500) && waited < Duration::from_millis(1600),
+            "gave up after {waited:?}"
+        );
+        assert_eq!(err, "terminals being created did not finish within 1.5 s");
+        assert!(!host.lock().upgrading, "new terminals are still refused");
+
+        // Once the creation is over, the same wait ends at once.
+        host.lock().spawning.clear();
+        let started = Instant::now();
+        host.begin_upgrade(Duration::from_secs(60)).await.unwrap();
+        assert!(started.elapsed() < Duration::from_millis(10));
+        assert!(host.lock().upgrading);
     }
 }

@@ -697,7 +697,7 @@ impl Upgrader {
         stop_requested: &mut dyn FnMut() -> bool,
     ) {
         let host = server.host().clone();
-        if let Err(reason) = host.begin_upgrade().await {
+        if let Err(reason) = host.begin_upgrade(self.timeout).await {
             report_failure(request.attempt, &self.version, Stage::Quiesce, reason);
             return;
         }
@@ -708,7 +708,7 @@ impl Upgrader {
         let quiesced_at_ns = sys::monotonic_ns();
         // From here on the terminals are suspended: the way out is an exec, of the new image
         // or, failing that, of this one.
-        let (mut image, ptys) = host.suspend().await;
+        let (mut image, ptys) = host.suspend(self.timeout).await;
         let mut fds = Vec::new();
         let server_image = server.image(&mut fds);
         let base = fds.len();
@@ -818,9 +818,7 @@ impl crate::server::LiveUpgrades for Upgrader {
 }
 
 /// A timeout as the failure reasons name it: `5 s`, `1.5 s`.
-pub(crate) fn seconds(d: Duration) -> String {
-    format!("{} s", d.as_millis() as f64 / 1000.0)
-}
+pub(crate) use crate::host::handover::seconds;
 
 /// The daemon's executable path, without the ` (deleted)` Linux appends once the file was
 /// replaced.

@@ -283,3 +283,49 @@ spec!(sigterm_detaches_and_restores_the_local_terminal, async {
     agent.type_text(&t, "echo alive-$((5*5))\r").await;
     agent.wait_data(&t, "alive-25", SHELL_TIMEOUT).await;
 });
+
+// A live upgrade of the daemon in the middle of an attach session (a paced flood of numbered
+// lines): closed with 1012, `ahpty attach` resumes by itself from the last serverSeq it
+// received — no repaint, every line on the local terminal exactly once — and keys typed
+// afterwards reach the same shell, now served by the new image.
+spec!(
+    a_live_upgrade_mid_session_goes_on_without_a_gap_or_a_duplicate,
+    async {
+        use crate::upgrade::{assert_contiguous, numbers_between_markers, paced_numbers, upgrade};
+        const N: u64 = 40_000;
+        let (d, _agent, t) = setup("upgrade").await;
+        let mut human = Human::attach(&d, &t);
+        blocking(|| human.wait_for("\x1b[H\x1b[2J"));
+        blocking(|| human.wait_for("rdy-42"));
+        human.type_keys(format!("{}\r", paced_numbers(N)).as_bytes());
+        blocking(|| human.wait_for("\n1000\r\n"));
+        let out = upgrade(d.home()).await;
+        assert_eq!(out.code, Some(0), "ahpty upgrade: {out:?}\n{}", d.stderr());
+        assert!(
+            !human.text().contains("END-4"),
+            "the numbers were all shown before the upgrade: not mid-session"
+        );
+        blocking(|| human.wait_for("END-4"));
+
+        // The same shell, served by the new image, still gets the keys.
+        human.type_keys(b"echo after-$((3+4))\r");
+        blocking(|| human.wait_for("after-7"));
+        human.type_keys(b"\x1c");
+        blocking(|| human.wait_for("script-done"));
+        let text = human.text();
+        assert_eq!(
+            text.matches("\x1b[H\x1b[2J").count(),
+            1,
+            "the screen was repainted: resumed from a snapshot, not a replay"
+        );
+        assert_contiguous(
+            &numbers_between_markers(&text),
+            N,
+            "the local terminal across the upgrade",
+        );
+        let end = human.after("after-7");
+        assert!(end.contains("attach-rc=0"), "{end:?}");
+        assert_eq!(end.matches("ahpty: ").count(), 1, "one line: {end:?}");
+        assert_modes_restored(&human);
+    }
+);

@@ -85,7 +85,7 @@ impl Install {
 }
 
 /// `ahpty upgrade` against the daemon of `home` (found through its default socket).
-async fn upgrade(home: &Path) -> CliOutput {
+pub(crate) async fn upgrade(home: &Path) -> CliOutput {
     let mut cmd = cli_command(home, &["upgrade", "--timeout", "50s"]);
     cmd.env("XDG_RUNTIME_DIR", runtime_dir(home));
     tokio::task::spawn_blocking(move || run_cli(cmd, UPGRADE_TIMEOUT))
@@ -622,8 +622,198 @@ spec!(
     }
 );
 
+/// The shell command that prints the numbers 1 to `n`, one a line, paced (200 lines every
+/// 20 ms) so that a live upgrade lands in the middle, between the markers `go-2` and `END-4`.
+pub(crate) fn paced_numbers(n: u64) -> String {
+    format!(
+        "f() {{ awk -v n=$1 'BEGIN{{for(i=1;i<=n;i++){{print i; if(i%200==0){{fflush(); \
+         system(\"sleep 0.02\")}}}}}}'; }}; echo go-$((1+1)); f {n}; echo END-$((2+2))"
+    )
+}
+
+/// The numbers printed between the markers of [`paced_numbers`] in `text` (CRs ignored).
+pub(crate) fn numbers_between_markers(text: &str) -> Vec<u64> {
+    let start = text.find("go-2").expect("no go-2 marker");
+    let end = text[start..].find("END-4").expect("no END-4 marker") + start;
+    number_lines(&text[start..end])
+}
+
+/// `ahpty logs --follow` of one terminal by as many followers as `over_tcp` has entries (over
+/// ws:// where `true`, else the default Unix socket) while it prints [`paced_numbers`] and
+/// exits, with `ahpty upgrade` run mid-stream: what each follower printed, once it ended.
+async fn followers_across_an_upgrade(tag: &str, n: u64, over_tcp: &[bool]) -> Vec<CliOutput> {
+    let d = Daemon::start();
+    let (agent, t) = agent_with_terminal(&d, tag).await;
+    let url = d.url();
+    let followers: Vec<LiveCli> = over_tcp
+        .iter()
+        .map(|&tcp| {
+            let mut args = vec!["logs", t.as_str(), "--follow"];
+            if tcp {
+                args.extend(["--url", url.as_str()]);
+            }
+            LiveCli::spawn(d.cli(&args))
+        })
+        .collect();
+    for f in &followers {
+        f.wait_for("rdy-42", false, SHELL_TIMEOUT).await;
+    }
+    agent
+        .type_text(&t, &format!("{}; exit 3\r", paced_numbers(n)))
+        .await;
+    for f in &followers {
+        f.wait_for("\n1000\r\n", false, SHELL_TIMEOUT).await;
+    }
+    let out = upgrade(d.home()).await;
+    assert_eq!(out.code, Some(0), "ahpty upgrade: {out:?}\n{}", d.stderr());
+    eprintln!("{tag}: switch {} ms", status(&d)["switchMs"]);
+    assert!(
+        followers.iter().all(|f| !f.stdout().contains("END-4")),
+        "the numbers were all printed before the upgrade: not mid-stream"
+    );
+    let mut done = Vec::new();
+    for f in followers {
+        let out = f.finish(UPGRADE_TIMEOUT).await;
+        assert_eq!(out.code, Some(0), "{out:?}\n{}", d.stderr());
+        done.push(out);
+    }
+    done
+}
+
+// `ahpty logs --follow` over ws:// across a live upgrade: closed with 1012, it resumes by
+// itself (`reconnect` from the last serverSeq it received) and prints every line exactly once,
+// with nothing said on stderr, until the terminal exits.
+spec!(
+    logs_follow_resumes_across_an_upgrade_without_a_gap_or_a_duplicate,
+    async {
+        const N: u64 = 40_000;
+        let done = followers_across_an_upgrade("follow-up", N, &[true]).await;
+        assert_eq!(
+            done[0].stderr, "",
+            "logs --follow said something: {:?}",
+            done[0]
+        );
+        assert_contiguous(
+            &numbers_between_markers(&done[0].stdout),
+            N,
+            "logs --follow across the upgrade",
+        );
+    }
+);
+
+// Two `ahpty logs --follow` across one upgrade. Both are `ahpty-cli`, so the second to resume
+// with `reconnect` closes the first one's new connection with 4000; that one resumes again
+// from a fresh snapshot (no second `reconnect`, which would close the other in turn) and says
+// on stderr that some output may be missing. Both follow to the end, never printing a line
+// twice.
+spec!(
+    two_followers_across_an_upgrade_both_go_on_one_from_a_snapshot,
+    async {
+        const N: u64 = 40_000;
+        let mut noted = 0;
+        for done in followers_across_an_upgrade("two-follow", N, &[true, false]).await {
+            let nums = numbers_between_markers(&done.stdout);
+            assert!(
+                nums.windows(2).all(|w| w[0] < w[1]),
+                "a line printed twice or out of order"
+            );
+            if done.stderr.is_empty() {
+                assert_contiguous(&nums, N, "the follower that resumed by replay");
+            } else {
+                assert!(
+                    done.stderr.contains("some may be missing"),
+                    "{:?}",
+                    done.stderr
+                );
+                assert_eq!(done.stderr.lines().count(), 1, "{:?}", done.stderr);
+                noted += 1;
+            }
+        }
+        assert_eq!(noted, 1, "exactly one follower was superseded");
+    }
+);
+
+/// An `ahp-ws` transport to `url`, for the official runtime's factory.
+async fn ws_transport(url: String) -> Result<ahp::BoxedTransport, ahp::TransportError> {
+    match ahp_ws::WebSocketTransport::connect(&url).await {
+        Ok(t) => Ok(ahp::BoxedTransport::new(t)),
+        Err(e) => Err(ahp::TransportError::Io(e.to_string())),
+    }
+}
+
+/// Lines of `log` that contain `needle` and name `client_id=ID`.
+fn client_lines(log: &str, needle: &str, id: &str) -> usize {
+    let tag = format!("client_id={id}");
+    log.lines()
+        .filter(|l| l.contains(needle) && l.split_whitespace().any(|w| w == tag))
+        .count()
+}
+
+// The official SDK's reconnecting runtime (`ahp::hosts`, default `ReconnectPolicy`) across a
+// live upgrade: closed with 1012 it connects again by itself and resumes with `reconnect` —
+// a replay, not a second `initialize` — and delivers every line exactly once.
+spec!(
+    the_official_runtime_resumes_by_replay_across_an_upgrade,
+    async {
+        use ahp::hosts::{HostConfig, HostId, HostState, MultiHostClient};
+        use ahp::SubscriptionEvent;
+        const N: u64 = 20_000;
+        let d = Daemon::builder().log("info,ahpty::rpc=debug").start();
+        let url = d.url();
+        let config = HostConfig::new("ahpty", "ahpty", move |_| ws_transport(url.clone()))
+            .with_client_id("rt-up")
+            .with_client_config(client_config());
+        let (multi, _) = MultiHostClient::single(config).await.expect("add host");
+        let id = HostId::new("ahpty");
+        let mut events = multi.events();
+        let (mut helper, t, _) = claimed_shell(&d, "up-helper", "runtime-up").await;
+        multi.subscribe(&id, t.clone()).await.expect("subscribe");
+        helper.type_text(&t, &paced_numbers(N)).await;
+        helper.type_text(&t, "\r").await;
+        let mut log = Vec::new();
+        let mut text = String::new();
+        let mut upgraded = false;
+        let deadline = Instant::now() + UPGRADE_TIMEOUT;
+        while !text.contains("END-4") {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let ev = tokio::time::timeout(left, events.recv())
+                .await
+                .expect("the runtime delivered END-4 in time")
+                .expect("the runtime's event stream ended");
+            if let SubscriptionEvent::Action(env) = ev.event {
+                log.push(env);
+                text = data_text(&log, &t);
+            }
+            if !upgraded && text.contains("\n1000\r\n") {
+                upgraded = true;
+                let out = upgrade(d.home()).await;
+                assert_eq!(out.code, Some(0), "ahpty upgrade: {out:?}\n{}", d.stderr());
+                assert!(!text.contains("END-4"), "not mid-stream");
+            }
+        }
+        assert!(upgraded);
+        let host = multi.host(&id).await.expect("the host");
+        assert!(
+            host.generation >= 2 && matches!(host.state, HostState::Connected),
+            "{:?} generation {}",
+            host.state,
+            host.generation
+        );
+        assert_increasing(&log, "the runtime's delivery");
+        assert_contiguous(
+            &numbers_between_markers(&text),
+            N,
+            "the runtime across the upgrade",
+        );
+        let log = d.stderr();
+        let once = |needle: &str| client_lines(&log, needle, "rt-up") == 1;
+        assert!(once("client initialized"), "initialized again:\n{log}");
+        assert!(once("client reconnected: replay of"), "no replay:\n{log}");
+    }
+);
+
 /// Asserts that `nums` is exactly `1..=n`, naming the first gap or duplicate.
-fn assert_contiguous(nums: &[u64], n: u64, what: &str) {
+pub(crate) fn assert_contiguous(nums: &[u64], n: u64, what: &str) {
     for (i, &x) in nums.iter().enumerate() {
         let want = i as u64 + 1;
         if x != want {
