@@ -19,7 +19,10 @@
 //! gap), a daemon that no longer knows the client (`-32008`: another process), or a close with
 //! 4000 (another `ahpty` process resumed as [`CLIENT_ID`] and superseded this connection)
 //! resume with fresh snapshots instead ([`Event::Snapshot`]); actions dispatched meanwhile
-//! ([`Conn::dispatch`]) are sent once the connection is back.
+//! ([`Conn::dispatch`]) are sent once the connection is back. A connection that ends without
+//! a close frame (the daemon was killed, or during a live upgrade could not send its 1012 in
+//! time to a client that stopped reading) is tried again once, at once: a daemon still
+//! listening (upgrading) takes it back the same way; a dead one ends the session.
 //!
 //! Flow control: [`Gated`] lets at most [`MAX_UNREAD_EVENTS`] action notifications be read off
 //! the socket ahead of the subcommand consuming them (see [`Conn::next_event`]); past that the
@@ -186,6 +189,9 @@ struct Lost {
     backoff: Duration,
     /// Resume with `reconnect` (a restart) or with `initialize` (superseded).
     replay: bool,
+    /// The connection ended without a close frame: one attempt only, whose failure is
+    /// reported as the lost connection it then was ([`Failure::lost`]).
+    once: bool,
     /// Why the last attempt failed.
     last_error: String,
 }
@@ -314,7 +320,8 @@ impl Conn {
                     return Some(Event::Action(e));
                 }
                 let code = CLOSE_CODE.load(Ordering::Relaxed);
-                if !self.resumable || !matches!(code, CLOSE_RESTART | CLOSE_SUPERSEDED) {
+                // 0: no close frame (killed, or a 1012 that could not be sent in time).
+                if !self.resumable || !matches!(code, 0 | CLOSE_RESTART | CLOSE_SUPERSEDED) {
                     return None;
                 }
                 let now = Instant::now();
@@ -322,7 +329,8 @@ impl Conn {
                     deadline: now + RESUME_WITHIN,
                     next_at: now,
                     backoff: RESUME_BACKOFF.0,
-                    replay: code == CLOSE_RESTART,
+                    replay: code != CLOSE_SUPERSEDED,
+                    once: code == 0,
                     last_error: format!("closed with code {code}"),
                 });
             }
@@ -364,6 +372,11 @@ impl Conn {
             Ok(()) => {
                 self.lost = None;
                 self.release_held().await;
+            }
+            Err(_) if self.lost.as_ref().is_some_and(|l| l.once) => {
+                // Nobody took the connection back: it was lost, not restarted.
+                self.lost = None;
+                return false;
             }
             Err(e) => {
                 if let Some(lost) = &mut self.lost {

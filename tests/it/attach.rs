@@ -265,6 +265,54 @@ spec!(
     }
 );
 
+// An `ahpty attach` that stopped reading (SIGSTOP here; a stalled link does the same) while
+// its terminal floods misses the close frame of a live upgrade: the daemon cannot send it
+// behind the full socket buffers, and the connection just ends. Resumed anyway — one attempt
+// finds the daemon still listening — the session goes on, without a line from ahpty.
+spec!(a_live_upgrade_missed_close_frame_still_resumes, async {
+    // No other viewer: a lagging one beside it would be closed with 4002 instead.
+    let d = Daemon::start();
+    let new = blocking(|| run_cli(d.cli(&["new"]), WAIT));
+    assert_eq!(new.code, Some(0), "ahpty new: {new:?}");
+    let t = new.stdout.trim().to_string();
+    let mut human = Human::attach(&d, &t);
+    human.type_keys(b"echo rdy-$((6*7))\r");
+    blocking(|| human.wait_for("rdy-42"));
+    human.type_keys(b"seq 1 400000; echo flood-$((2*3))\r");
+    blocking(|| human.wait_for("\n1000\r\n"));
+    let pid = nix::unistd::Pid::from_raw(human.attach_pid());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    // The daemon stopped reading the pty (its queue for the stopped client is full): `seq`
+    // stays blocked in its write, checked 10 times in a row.
+    let blocked = || {
+        descendants_named(d.pid() as u32, "seq")
+            .first()
+            .is_some_and(|p| {
+                std::fs::read_to_string(format!("/proc/{p}/wchan")).is_ok_and(|w| w == "wait_woken")
+            })
+    };
+    let mut in_a_row = 0;
+    let deadline = Instant::now() + WAIT;
+    while in_a_row < 10 {
+        assert!(Instant::now() < deadline, "seq never blocked on the pty");
+        in_a_row = if blocked() { in_a_row + 1 } else { 0 };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let out = crate::upgrade::upgrade(d.home()).await;
+    assert_eq!(out.code, Some(0), "ahpty upgrade: {out:?}\n{}", d.stderr());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    blocking(|| human.wait_for("flood-6"));
+    human.type_keys(b"echo after-$((3+4))\r");
+    blocking(|| human.wait_for("after-7"));
+    human.type_keys(b"\x1c");
+    blocking(|| human.wait_for("script-done"));
+    let end = human.after("after-7");
+    assert!(end.contains("attach-rc=0"), "{end:?}");
+    assert_eq!(end.matches("ahpty: ").count(), 1, "one line: {end:?}");
+    assert!(!human.text().contains("lost the connection"));
+    assert_modes_restored(&human);
+});
+
 spec!(sigterm_detaches_and_restores_the_local_terminal, async {
     let (d, mut agent, t) = setup("sigterm").await;
     let human = Human::attach(&d, &t);
