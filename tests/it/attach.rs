@@ -285,7 +285,7 @@ spec!(a_live_upgrade_missed_close_frame_still_resumes, async {
     // The daemon stopped reading the pty (its queue for the stopped client is full): `seq`
     // stays blocked in its write, checked 10 times in a row.
     let blocked = || {
-        descendants_named(d.pid() as u32, "seq")
+        descendants_named(d.pid(), "seq")
             .first()
             .is_some_and(|p| {
                 std::fs::read_to_string(format!("/proc/{p}/wchan")).is_ok_and(|w| w == "wait_woken")
