@@ -285,11 +285,9 @@ spec!(a_live_upgrade_missed_close_frame_still_resumes, async {
     // The daemon stopped reading the pty (its queue for the stopped client is full): `seq`
     // stays blocked in its write, checked 10 times in a row.
     let blocked = || {
-        descendants_named(d.pid(), "seq")
-            .first()
-            .is_some_and(|p| {
-                std::fs::read_to_string(format!("/proc/{p}/wchan")).is_ok_and(|w| w == "wait_woken")
-            })
+        descendants_named(d.pid(), "seq").first().is_some_and(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/wchan")).is_ok_and(|w| w == "wait_woken")
+        })
     };
     let mut in_a_row = 0;
     let deadline = Instant::now() + WAIT;
