@@ -283,17 +283,27 @@ spec!(a_live_upgrade_missed_close_frame_still_resumes, async {
     let pid = nix::unistd::Pid::from_raw(human.attach_pid());
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
     // The daemon stopped reading the pty (its queue for the stopped client is full): `seq`
-    // stays blocked in its write, checked 10 times in a row.
-    let blocked = || {
-        descendants_named(d.pid(), "seq").first().is_some_and(|p| {
-            std::fs::read_to_string(format!("/proc/{p}/wchan")).is_ok_and(|w| w == "wait_woken")
+    // wrote nothing more (its `wchar` in /proc/PID/io unchanged) over 10 checks in a row.
+    let written = || {
+        descendants_named(d.pid(), "seq").first().and_then(|p| {
+            let io = std::fs::read_to_string(format!("/proc/{p}/io")).ok()?;
+            io.lines()
+                .find_map(|l| l.strip_prefix("wchar:"))
+                .and_then(|v| v.trim().parse::<u64>().ok())
         })
     };
     let mut in_a_row = 0;
+    let mut last = None;
     let deadline = Instant::now() + WAIT;
     while in_a_row < 10 {
         assert!(Instant::now() < deadline, "seq never blocked on the pty");
-        in_a_row = if blocked() { in_a_row + 1 } else { 0 };
+        let now = written();
+        in_a_row = if now.is_some() && now == last {
+            in_a_row + 1
+        } else {
+            0
+        };
+        last = now;
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let out = crate::upgrade::upgrade(d.home()).await;
