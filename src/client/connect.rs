@@ -43,8 +43,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ahp::ahp_types::actions::{ActionEnvelope, StateAction};
-use ahp::ahp_types::commands::{Implementation, InitializeParams, InitializeResult};
-use ahp::ahp_types::state::TerminalState;
+use ahp::ahp_types::commands::{
+    Implementation, InitializeParams, InitializeResult, ReconnectParams, ReconnectResult,
+    ReconnectSnapshotResult,
+};
+use ahp::ahp_types::state::{SnapshotState, TerminalState};
 use ahp::{Client, ClientConfig, ClientError, ClientEventStream, SubscriptionEvent};
 use ahp::{Transport, TransportError, TransportMessage};
 use futures_util::{SinkExt, StreamExt};
@@ -398,14 +401,18 @@ impl Conn {
             .await
             .map_err(|f| f.message)?;
         let mut found = if replay {
-            let params = json!({
-                "channel": ROOT,
-                "clientId": CLIENT_ID,
-                "lastSeenServerSeq": self.last_seq,
-                "subscriptions": self.channels,
-            });
-            match client.request::<_, Value>("reconnect", params).await {
-                Ok(answer) => Some(resumed(&answer, self.last_seq, &self.channels)?),
+            let params = ReconnectParams {
+                channel: ROOT.into(),
+                meta: None,
+                client_id: CLIENT_ID.into(),
+                last_seen_server_seq: i64::try_from(self.last_seq).unwrap_or(i64::MAX),
+                subscriptions: self.channels.clone(),
+            };
+            match client
+                .request::<_, ReconnectResult>("reconnect", params)
+                .await
+            {
+                Ok(answer) => Some(resumed(answer, self.last_seq, &self.channels)),
                 Err(ClientError::Rpc(e)) if e.code == UNKNOWN_CLIENT => None,
                 Err(e) => return Err(format!("reconnect: {e}")),
             }
@@ -416,10 +423,12 @@ impl Conn {
             let init = initialize(&client, &self.target, &self.channels)
                 .await
                 .map_err(|f| f.message)?;
-            let answer = json!({"type": "snapshot", "snapshots": init.snapshots});
+            let answer = ReconnectResult::Snapshot(ReconnectSnapshotResult {
+                snapshots: init.snapshots,
+            });
             // Counted from the answer: after a real restart the sequence is another process's.
             let base = u64::try_from(init.server_seq).unwrap_or(0);
-            found = Some(resumed(&answer, base, &self.channels)?);
+            found = Some(resumed(answer, base, &self.channels));
         }
         let Some((found, last_seq)) = found else {
             return Err("no answer".into());
@@ -642,71 +651,43 @@ async fn initialize(
         })
 }
 
-/// What a `reconnect` answer (`{"type":"replay",…}` or `{"type":"snapshot",…}`, AHP
-/// `ReconnectResult`) means for a client subscribed to `channels` that had received
+/// What a `reconnect` answer means for a client subscribed to `channels` that had received
 /// everything up to `last_seq`: the events to yield, and the new highest `serverSeq`. A
 /// replay's envelopes at or below `last_seq` are left out (they were received); a channel a
-/// snapshot answer has no snapshot for is missing. Errors: not such an answer.
-fn resumed(
-    answer: &Value,
-    last_seq: u64,
-    channels: &[String],
-) -> Result<(Vec<Event>, u64), String> {
+/// snapshot answer has no snapshot for is missing.
+fn resumed(answer: ReconnectResult, last_seq: u64, channels: &[String]) -> (Vec<Event>, u64) {
     let mut events = Vec::new();
     let mut seq = last_seq;
-    match answer.get("type").and_then(Value::as_str) {
-        Some("replay") => {
-            let actions: Vec<ActionEnvelope> = answer
-                .get("actions")
-                .map(|a| serde_json::from_value(a.clone()))
-                .transpose()
-                .map_err(|e| format!("reconnect: not a replay: {e}"))?
-                .unwrap_or_default();
-            for a in actions {
+    match answer {
+        ReconnectResult::Replay(replay) => {
+            for a in replay.actions {
                 if a.server_seq > seq {
                     seq = a.server_seq;
                     events.push(Event::Action(a));
                 }
             }
-            let missing = answer.get("missing").and_then(Value::as_array);
-            for m in missing.into_iter().flatten().filter_map(Value::as_str) {
-                events.push(Event::Missing(m.to_string()));
-            }
+            events.extend(replay.missing.into_iter().map(Event::Missing));
         }
-        Some("snapshot") => {
-            let snapshots = answer.get("snapshots").and_then(Value::as_array);
-            let has = |c: &str| {
-                snapshots
-                    .into_iter()
-                    .flatten()
-                    .any(|s| s.get("resource").and_then(Value::as_str) == Some(c))
-            };
-            for c in channels.iter().filter(|c| !has(c)) {
-                events.push(Event::Missing(c.clone()));
-            }
-            for snap in snapshots.into_iter().flatten() {
-                let channel = snap.get("resource").and_then(Value::as_str).unwrap_or("");
-                let from_seq = snap.get("fromSeq").and_then(Value::as_u64).unwrap_or(0);
-                seq = seq.max(from_seq);
-                if channel == ROOT || channel.is_empty() {
-                    continue;
+        ReconnectResult::Snapshot(answer) => {
+            for c in channels {
+                if !answer.snapshots.iter().any(|s| s.resource == *c) {
+                    events.push(Event::Missing(c.clone()));
                 }
-                let state: TerminalState = snap
-                    .get("state")
-                    .map(|s| serde_json::from_value(s.clone()))
-                    .transpose()
-                    .map_err(|e| format!("{channel}: not a terminal snapshot: {e}"))?
-                    .ok_or_else(|| format!("{channel}: a snapshot without a state"))?;
-                events.push(Event::Snapshot {
-                    channel: channel.to_string(),
-                    state: Box::new(state),
-                    from_seq,
-                });
+            }
+            for snap in answer.snapshots {
+                let from_seq = u64::try_from(snap.from_seq).unwrap_or(0);
+                seq = seq.max(from_seq);
+                if let SnapshotState::Terminal(state) = snap.state {
+                    events.push(Event::Snapshot {
+                        channel: snap.resource,
+                        state,
+                        from_seq,
+                    });
+                }
             }
         }
-        _ => return Err(format!("reconnect: unexpected answer {answer}")),
     }
-    Ok((events, seq))
+    (events, seq)
 }
 
 /// Maps a failed request to its one line.
@@ -1016,14 +997,18 @@ mod tests {
                "action": {"type": "terminal/data", "data": format!("d{seq}")}})
     }
 
+    fn answer(v: Value) -> ReconnectResult {
+        serde_json::from_value(v).unwrap()
+    }
+
     #[test]
     fn a_replay_continues_after_what_was_received() {
         let t = "ahp-terminal:/t".to_string();
         let channels = vec![ROOT.to_string(), t.clone(), "ahp-terminal:/gone".into()];
-        let answer = json!({"type": "replay",
+        let replay = json!({"type": "replay",
             "actions": [envelope(7, &t), envelope(8, &t), envelope(9, &t)],
             "missing": ["ahp-terminal:/gone"]});
-        let (events, seq) = resumed(&answer, 7, &channels).unwrap();
+        let (events, seq) = resumed(answer(replay), 7, &channels);
         assert_eq!(seq, 9);
         let seqs: Vec<u64> = events
             .iter()
@@ -1037,7 +1022,7 @@ mod tests {
 
         // Nothing missed: an empty replay leaves the position where it was.
         let empty = json!({"type": "replay", "actions": [], "missing": []});
-        let (events, seq) = resumed(&empty, 12, &channels).unwrap();
+        let (events, seq) = resumed(answer(empty), 12, &channels);
         assert!(events.is_empty());
         assert_eq!(seq, 12);
     }
@@ -1048,16 +1033,15 @@ mod tests {
         let channels = vec![ROOT.to_string(), t.clone(), "ahp-terminal:/gone".into()];
         let state = json!({"title": "sh", "content": [], "lifecycle": {"status": "running"},
             "claim": {"kind": "client", "clientId": "x"}});
-        let answer = json!({"type": "snapshot", "snapshots": [
+        let snapshots = json!({"type": "snapshot", "snapshots": [
             {"resource": ROOT, "state": {"agents": []}, "fromSeq": 40},
             {"resource": t, "state": state, "fromSeq": 41}]});
-        let (events, seq) = resumed(&answer, 3, &channels).unwrap();
+        let (events, seq) = resumed(answer(snapshots), 3, &channels);
         assert_eq!(seq, 41);
         assert_eq!(events.len(), 2, "{events:?}");
         assert!(matches!(&events[0], Event::Missing(m) if m == "ahp-terminal:/gone"));
         assert!(matches!(&events[1],
             Event::Snapshot { channel, from_seq: 41, .. } if *channel == t));
-        assert!(resumed(&json!({"type": "other"}), 3, &channels).is_err());
     }
 
     #[test]
