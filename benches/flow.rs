@@ -102,9 +102,14 @@ fn make_file(dir: &std::path::Path, mib: u64) -> std::path::PathBuf {
     path
 }
 
-/// Spawns `argv` on a fresh pty (portable-pty) and reads everything with a 64 KiB buffer.
-/// Returns (bytes, reads, elapsed).
-fn raw_pty_read(argv: &[&str]) -> (u64, u64, Duration) {
+/// Runs `argv` on a fresh 80×24 pty of this process (portable-pty): its master side and the
+/// child.
+fn spawn_on_pty(
+    argv: &[&str],
+) -> (
+    Box<dyn portable_pty::MasterPty + Send>,
+    Box<dyn portable_pty::Child + Send + Sync>,
+) {
     use portable_pty::{native_pty_system, CommandBuilder, PtySize};
     let pair = native_pty_system()
         .openpty(PtySize {
@@ -116,10 +121,17 @@ fn raw_pty_read(argv: &[&str]) -> (u64, u64, Duration) {
         .unwrap();
     let mut cmd = CommandBuilder::new(argv[0]);
     cmd.args(&argv[1..]);
-    let t0 = std::time::Instant::now();
-    let mut child = pair.slave.spawn_command(cmd).unwrap();
+    let child = pair.slave.spawn_command(cmd).unwrap();
     drop(pair.slave);
-    let mut reader = pair.master.try_clone_reader().unwrap();
+    (pair.master, child)
+}
+
+/// Spawns `argv` on a fresh pty (portable-pty) and reads everything with a 64 KiB buffer.
+/// Returns (bytes, reads, elapsed).
+fn raw_pty_read(argv: &[&str]) -> (u64, u64, Duration) {
+    let t0 = std::time::Instant::now();
+    let (master, mut child) = spawn_on_pty(argv);
+    let mut reader = master.try_clone_reader().unwrap();
     let mut buf = vec![0u8; 64 * 1024];
     let (mut bytes, mut reads) = (0u64, 0u64);
     loop {
@@ -482,22 +494,9 @@ async fn latency() {
 }
 
 fn raw_pty_echo(n: usize) -> Vec<Duration> {
-    use portable_pty::{native_pty_system, CommandBuilder, PtySize};
-    let pair = native_pty_system()
-        .openpty(PtySize {
-            rows: 24,
-            cols: 80,
-            pixel_width: 0,
-            pixel_height: 0,
-        })
-        .unwrap();
-    let mut child = pair
-        .slave
-        .spawn_command(CommandBuilder::new("cat"))
-        .unwrap();
-    drop(pair.slave);
-    let mut reader = pair.master.try_clone_reader().unwrap();
-    let mut writer = pair.master.take_writer().unwrap();
+    let (master, mut child) = spawn_on_pty(&["cat"]);
+    let mut reader = master.try_clone_reader().unwrap();
+    let mut writer = master.take_writer().unwrap();
     let mut buf = vec![0u8; 64 * 1024];
     let mut out = Vec::with_capacity(n);
     std::thread::sleep(Duration::from_millis(200)); // cat starting; not a measured wait
@@ -997,13 +996,13 @@ async fn many_terminals(c: &mut Raw, tag: &str, n: usize) -> Vec<String> {
     uris
 }
 
-/// The floor for [`scale`]: `n` ptys running the same loop, read by one thread of this process
-/// that waits on all of them with `epoll`, reads each ready pty until it would block and sends
-/// what it read on a loopback TCP socket (drained by another thread). No JSON, no WebSocket
-/// framing, no state: the least any host does per line. Returns that thread's CPU (user, system)
-/// in seconds over `window`, and the lines it forwarded.
+/// The floor for [`scale`]: `n` ptys running the same loop, read by this thread, which waits
+/// on all of them with `epoll`, reads each ready pty until it would block and sends what it
+/// read on a loopback TCP socket (drained by another thread). No JSON, no WebSocket framing,
+/// no state: the least any host does per line. Returns this thread's CPU (user, system) in
+/// seconds over `window`, after 2 s to settle (as in [`scale`]), and the reads it made.
 fn raw_chatty(n: usize, window: Duration) -> ((f64, f64), u64) {
-    use portable_pty::{native_pty_system, CommandBuilder, PtySize};
+    use std::time::Instant;
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let mut out = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
     let (mut sink, _) = listener.accept().unwrap();
@@ -1011,89 +1010,67 @@ fn raw_chatty(n: usize, window: Duration) -> ((f64, f64), u64) {
         let mut buf = vec![0u8; 64 * 1024];
         while matches!(sink.read(&mut buf), Ok(n) if n > 0) {}
     });
-    let mut ptys = Vec::new();
     // SAFETY: epoll_create1 has no preconditions; the fd is closed at the end.
     let ep = unsafe { libc::epoll_create1(0) };
-    for i in 0..n {
-        let pair = native_pty_system()
-            .openpty(PtySize {
-                rows: 24,
-                cols: 80,
-                pixel_width: 0,
-                pixel_height: 0,
-            })
-            .unwrap();
-        let mut cmd = CommandBuilder::new("/bin/bash");
-        cmd.args([
-            "--norc",
-            "--noprofile",
-            "-c",
-            "while :; do echo x; read -t 0.1; done",
-        ]);
-        let child = pair.slave.spawn_command(cmd).unwrap();
-        drop(pair.slave);
-        let fd = pair.master.as_raw_fd().unwrap();
-        // SAFETY: fcntl and epoll_ctl on a descriptor this function owns (the master).
-        unsafe {
-            let fl = libc::fcntl(fd, libc::F_GETFL);
-            libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK);
-            let mut ev = libc::epoll_event {
-                events: (libc::EPOLLIN | libc::EPOLLET) as u32,
-                u64: i as u64,
-            };
-            libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut ev);
-        }
-        ptys.push((pair.master, child, fd));
-    }
-    let stop = Arc::new(AtomicBool::new(false));
-    let stopper = stop.clone();
-    let fds: Vec<i32> = ptys.iter().map(|p| p.2).collect();
-    let reader = std::thread::spawn(move || {
-        let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 64];
-        let mut buf = vec![0u8; 64 * 1024];
-        let mut lines = 0u64;
-        let mut measure = |start: &mut Option<((f64, f64), std::time::Instant, u64)>| {
-            // SAFETY: epoll_wait writes at most events.len() entries into events.
-            let k = unsafe { libc::epoll_wait(ep, events.as_mut_ptr(), events.len() as i32, 100) };
-            for e in events.iter().take(k.max(0) as usize) {
-                let fd = fds[e.u64 as usize];
-                loop {
-                    // SAFETY: reads at most buf.len() bytes into buf.
-                    let r = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
-                    if r <= 0 {
-                        break;
-                    }
-                    out.write_all(&buf[..r as usize]).unwrap();
-                    lines += 1;
+    let loop_argv = [
+        "/bin/bash",
+        "--norc",
+        "--noprofile",
+        "-c",
+        "while :; do echo x; read -t 0.1; done",
+    ];
+    let ptys: Vec<_> = (0..n)
+        .map(|i| {
+            let (master, child) = spawn_on_pty(&loop_argv);
+            let fd = master.as_raw_fd().unwrap();
+            // SAFETY: fcntl and epoll_ctl on a descriptor this function owns (the master).
+            unsafe {
+                let fl = libc::fcntl(fd, libc::F_GETFL);
+                libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK);
+                let mut ev = libc::epoll_event {
+                    events: (libc::EPOLLIN | libc::EPOLLET) as u32,
+                    u64: i as u64,
+                };
+                libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut ev);
+            }
+            (master, child, fd)
+        })
+        .collect();
+    let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 64];
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut reads = 0u64;
+    let mut forward_ready = |reads: &mut u64| {
+        // SAFETY: epoll_wait writes at most events.len() entries into events.
+        let k = unsafe { libc::epoll_wait(ep, events.as_mut_ptr(), events.len() as i32, 100) };
+        for e in events.iter().take(k.max(0) as usize) {
+            let fd = ptys[e.u64 as usize].2;
+            loop {
+                // SAFETY: reads at most buf.len() bytes into buf.
+                let r = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+                if r <= 0 {
+                    break;
                 }
+                out.write_all(&buf[..r as usize]).unwrap();
+                *reads += 1;
             }
-            if start.is_none() {
-                *start = Some((thread_cpu(), std::time::Instant::now(), lines));
-            }
-        };
-        let mut start = None;
-        // Two seconds to settle, as in `scale`, then the window.
-        let settle = std::time::Instant::now() + Duration::from_secs(2);
-        while std::time::Instant::now() < settle {
-            measure(&mut None);
         }
-        measure(&mut start);
-        let (cpu0, t0, lines0) = start.unwrap();
-        while t0.elapsed() < window && !stopper.load(Ordering::Relaxed) {
-            measure(&mut start);
-        }
-        let cpu1 = thread_cpu();
-        ((cpu1.0 - cpu0.0, cpu1.1 - cpu0.1), lines - lines0)
-    });
-    let result = reader.join().unwrap();
-    stop.store(true, Ordering::Relaxed);
+    };
+    let settle = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < settle {
+        forward_ready(&mut reads);
+    }
+    let (cpu0, t0, reads0) = (thread_cpu(), Instant::now(), reads);
+    while t0.elapsed() < window {
+        forward_ready(&mut reads);
+    }
+    let cpu1 = thread_cpu();
     for (_, mut child, _) in ptys {
         let _ = child.kill();
         let _ = child.wait();
     }
     // SAFETY: closes the epoll descriptor created above.
     unsafe { libc::close(ep) };
-    result
+    ((cpu1.0 - cpu0.0, cpu1.1 - cpu0.1), reads - reads0)
 }
 
 async fn scale() {
