@@ -223,6 +223,7 @@ impl<'a> Checkpoint<'a> {
     }
 
     /// Its bytes in one buffer.
+    #[cfg(test)]
     pub fn to_vec(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(self.len);
         for p in &self.pieces {
@@ -233,6 +234,7 @@ impl<'a> Checkpoint<'a> {
 }
 
 /// A checkpoint's bytes in one buffer (see [`Checkpoint`]).
+#[cfg(test)]
 pub fn checkpoint(meta: &Meta) -> Vec<u8> {
     Checkpoint::new(meta).to_vec()
 }
