@@ -30,8 +30,9 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// jemalloc's options, read when it starts: freed pages go back to the OS within about a
 /// second (`dirty_decay_ms`) rather than jemalloc's default of ten, and without the lazy
 /// "muzzy" stage, so the resident memory a burst leaves behind — a flood beside a stalled
-/// viewer, a large snapshot — falls back within a second or two. `_RJEM_MALLOC_CONF` in the
-/// environment overrides them (jemalloc's own syntax, see jemalloc(3) "TUNING").
+/// viewer, a large snapshot — falls back within a second or two while the daemon works (once
+/// it is idle, the host purges what is left: `give_back_memory` in `host/screen.rs`).
+/// `_RJEM_MALLOC_CONF` in the environment overrides them (jemalloc(3), "TUNING").
 #[allow(non_upper_case_globals)]
 #[export_name = "_rjem_malloc_conf"]
 static malloc_conf: Option<&'static std::ffi::c_char> =
