@@ -405,18 +405,26 @@ impl Framer {
     fn step<P: Perform>(&mut self, bytes: &[u8], perform: &mut P) -> usize {
         match self.mode {
             Mode::Ground => {
-                // The text fast path: everything up to the next ESC is plain text.
-                let n = memchr::memchr(ESC, bytes).unwrap_or(bytes.len());
+                // The fast path: plain text up to the next ESC, and every whole CSI that no
+                // performer acts on (SGR, cursor moves, erasing), is text as it is. The run
+                // is decoded in one call: an ESC in it ends a partial character before it
+                // with one U+FFFD, as `begin_escape` does.
+                let mut n = 0;
+                loop {
+                    let Some(at) = memchr::memchr(ESC, &bytes[n..]) else {
+                        n = bytes.len();
+                        break;
+                    };
+                    n += at;
+                    let Some(len) = inert_csi_len(&bytes[n..]) else {
+                        break;
+                    };
+                    self.started += 1;
+                    n += len;
+                }
                 self.decoder.decode_into(&bytes[..n], &mut self.text);
                 if n == bytes.len() {
                     return n;
-                }
-                if let Some(len) = inert_csi_len(&bytes[n..]) {
-                    // The sequence fast path: a whole CSI no performer acts on is text as it is.
-                    self.decoder.finish_into(&mut self.text);
-                    self.started += 1;
-                    self.decoder.decode_into(&bytes[n..n + len], &mut self.text);
-                    return n + len;
                 }
                 self.begin_escape();
                 n + 1

@@ -141,6 +141,12 @@ fn invalid_utf8_becomes_one_replacement_per_maximal_subpart() {
 fn a_partial_character_is_ended_by_esc_and_by_eof() {
     let ev = check_splits(b"\xd8\x1b[0m12\n");
     assert_eq!(text_of(&ev), "\u{FFFD}\x1b[0m12\n");
+    // Text and the CSIs passed through as text are decoded as one run: the same.
+    let ev = check_splits(b"a\x1b[1m\xe2\x94\x1b[0;31mb\xc3\xa9\x1b[K\xc3");
+    assert_eq!(
+        text_of(&ev),
+        "a\x1b[1m\u{FFFD}\x1b[0;31mb\u{e9}\x1b[K\u{FFFD}"
+    );
     let ev = run(&[b"\xe2\x94"]);
     assert_eq!(ev, vec![Parsed::Text("\u{FFFD}".into())]);
     // A partial char before a stripped sequence is not glued to bytes after it.
