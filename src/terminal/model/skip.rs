@@ -213,10 +213,24 @@ pub fn skip_cut(b: &[u8], need: usize) -> Option<usize> {
 /// a CR (which only moves the cursor to the first column; every caller's next byte moves the
 /// cursor itself or is a line start). SGR parameters apply left to right and 0 clears every
 /// attribute, so nothing before such a reset matters.
+///
+/// The last reset is found from the end (an emulator starts a new sequence at every ESC, so
+/// each ESC is the start of one), and only what follows it is read: coloured output resets its
+/// pen every few dozen bytes, so this costs about the length of the stretch's last line, not of
+/// the stretch.
 pub fn net_pen(text: &str) -> String {
     let b = text.as_bytes();
     let mut sgrs: Vec<(usize, usize)> = Vec::new();
     let mut p = 0;
+    let mut q = b.len();
+    while let Some(s) = memchr::memrchr(0x1b, &b[..q]) {
+        let end = token_end(b, s);
+        if b[end - 1] == b'm' && b.get(s + 1) == Some(&b'[') && is_reset(&b[s..end]) {
+            p = s;
+            break;
+        }
+        q = s;
+    }
     while let Some(e) = memchr::memchr(0x1b, &b[p..]) {
         let s = p + e;
         let end = token_end(b, s);
