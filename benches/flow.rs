@@ -148,6 +148,130 @@ fn raw_pty_read(argv: &[&str]) -> (u64, u64, Duration) {
     (bytes, reads, el)
 }
 
+/// The least work an AHP host can do with a pty's output, as a floor under ahpty's figures:
+/// `argv` runs on a fresh pty; its output is read with a 64 KiB buffer, cut at the last whole
+/// UTF-8 character, JSON-escaped into a `terminal/data` action envelope and sent as a
+/// WebSocket text frame over loopback TCP. No reducer, history, flow control, model or
+/// transcript. `pipelined`: one thread only reads (and hands each read to the next thread,
+/// through a queue of at most 64 reads), the other coalesces what is queued (up to 64 KiB),
+/// encodes and sends, so the pty is read while a frame is being sent — as ahpty's reader and
+/// pump are; otherwise one thread does it all, taking whatever more is already readable (up
+/// to 64 KiB) before each frame. The client decodes every frame as the benchmark's clients do
+/// (`serde_json` into a `Value`, then the action's `data`). Returns (text bytes delivered,
+/// elapsed, the forwarding threads' CPU seconds, user + sys).
+async fn forward_floor(argv: &[&str], pipelined: bool) -> (u64, Duration, f64) {
+    use std::os::fd::BorrowedFd;
+    use std::sync::mpsc;
+    use tokio_tungstenite::tungstenite;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let argv: Vec<String> = argv.iter().map(|a| a.to_string()).collect();
+    let t0 = std::time::Instant::now();
+    let forwarder = std::thread::spawn(move || {
+        let (tcp, _) = listener.accept().unwrap();
+        tcp.set_nodelay(true).unwrap();
+        let mut ws = tungstenite::accept(tcp).unwrap();
+        let cpu0 = thread_cpu();
+        let args: Vec<&str> = argv.iter().map(String::as_str).collect();
+        let (master, mut child) = spawn_on_pty(&args);
+        let mut reader = master.try_clone_reader().unwrap();
+        let fd = master.as_raw_fd().unwrap();
+        // Reads: from the pty itself, or (pipelined) from the reading thread's queue. `None`
+        // at end of file.
+        let (tx, rx) = mpsc::sync_channel::<Vec<u8>>(64);
+        let reading = pipelined.then(|| {
+            let mut reader = master.try_clone_reader().unwrap();
+            std::thread::spawn(move || {
+                let cpu0 = thread_cpu();
+                let mut buf = vec![0u8; 64 * 1024];
+                while let Ok(n @ 1..) = reader.read(&mut buf) {
+                    if tx.send(buf[..n].to_vec()).is_err() {
+                        break;
+                    }
+                }
+                let cpu1 = thread_cpu();
+                cpu1.0 - cpu0.0 + cpu1.1 - cpu0.1
+            })
+        });
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut pending: Vec<u8> = Vec::new();
+        let mut seq = 0u64;
+        'read: loop {
+            if pipelined {
+                let Ok(first) = rx.recv() else { break };
+                pending.extend_from_slice(&first);
+                while pending.len() < 64 * 1024 {
+                    match rx.try_recv() {
+                        Ok(more) => pending.extend_from_slice(&more),
+                        Err(_) => break,
+                    }
+                }
+            } else {
+                loop {
+                    match reader.read(&mut buf) {
+                        Ok(0) | Err(_) => break 'read,
+                        Ok(n) => pending.extend_from_slice(&buf[..n]),
+                    }
+                    // SAFETY: `master` keeps the descriptor open for the whole loop.
+                    let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+                    let mut p = [nix::poll::PollFd::new(fd, nix::poll::PollFlags::POLLIN)];
+                    let more =
+                        matches!(nix::poll::poll(&mut p, nix::poll::PollTimeout::ZERO), Ok(1));
+                    if pending.len() >= 64 * 1024 || !more {
+                        break;
+                    }
+                }
+            }
+            let whole = match std::str::from_utf8(&pending) {
+                Ok(s) => s.len(),
+                Err(e) => e.valid_up_to(),
+            };
+            let text = std::str::from_utf8(&pending[..whole]).unwrap();
+            seq += 1;
+            let mut frame = Vec::with_capacity(text.len() + text.len() / 4 + 160);
+            frame.extend_from_slice(
+                br#"{"jsonrpc":"2.0","method":"action","params":{"channel":"ahpty:/terminal/floor","serverSeq":"#,
+            );
+            frame.extend_from_slice(seq.to_string().as_bytes());
+            frame.extend_from_slice(br#","action":{"type":"terminal/data","data":"#);
+            serde_json::to_writer(&mut frame, text).unwrap();
+            frame.extend_from_slice(b"}}}");
+            ws.send(tungstenite::Message::text(
+                String::from_utf8(frame).unwrap(),
+            ))
+            .unwrap();
+            pending.drain(..whole);
+        }
+        let _ = child.wait();
+        let cpu1 = thread_cpu();
+        let reader_cpu = reading.map_or(0.0, |r| r.join().unwrap());
+        let _ = ws.close(None);
+        while ws.read().is_ok() {}
+        cpu1.0 - cpu0.0 + cpu1.1 - cpu0.1 + reader_cpu
+    });
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}"))
+        .await
+        .unwrap();
+    let mut bytes = 0u64;
+    while let Some(Ok(m)) = ws.next().await {
+        match m {
+            Message::Text(t) => {
+                let v: serde_json::Value = serde_json::from_str(&t).unwrap();
+                let d = v.pointer("/params/action/data");
+                bytes += d.and_then(|d| d.as_str()).map_or(0, |d| d.len()) as u64;
+            }
+            Message::Close(_) => break,
+            _ => {}
+        }
+    }
+    let el = t0.elapsed();
+    drop(ws);
+    let cpu = tokio::task::spawn_blocking(move || forwarder.join().unwrap())
+        .await
+        .unwrap();
+    (bytes, el, cpu)
+}
+
 /// Creates a terminal, subscribes and waits for the shell.
 async fn terminal(c: &mut Raw, tag: &str, integration: bool) -> String {
     terminal_sized(c, tag, integration, 80, 24).await
@@ -199,6 +323,17 @@ async fn throughput() {
             (cpu1.1 - cpu0.1) * 1e3 / raw_mb,
             raw_bytes / reads.max(1)
         );
+        for pipelined in [false, true] {
+            let (floor_bytes, floor_t, floor_cpu) = forward_floor(&["cat", &path], pipelined).await;
+            let floor = mb_per_s(floor_bytes, floor_t);
+            println!(
+                "| floor #{round}, {}: pty → JSON → WebSocket | {floor_bytes} | {:.2} s | {floor:.1} | {:.2} | {:.2}, the forwarding threads | see `forward_floor` |",
+                if pipelined { "pipelined" } else { "one thread" },
+                floor_t.as_secs_f64(),
+                floor / raw,
+                floor_cpu * 1e3 / (floor_bytes as f64 / 1e6),
+            );
+        }
         for integration in [true, false] {
             let args: &[&str] = if integration {
                 &[]
@@ -297,8 +432,8 @@ async fn model() {
         ("full-screen", make_tui(dir.path(), size)),
     ];
     println!("\n## model: throughput of escape-heavy output ({size} MiB, default flags)\n");
-    println!("| run | output | raw pty MB/s | ahpty MB/s | ratio | daemon CPU ms per MB |");
-    println!("|---|---|---|---|---|---|");
+    println!("| run | output | raw pty MB/s | floor, one thread: MB/s (ratio; CPU ms per MB) | floor, pipelined | ahpty MB/s | ratio | daemon CPU ms per MB |");
+    println!("|---|---|---|---|---|---|---|---|");
     let d = Daemon::start();
     announce(&d, "model");
     let (mut c, _) = Raw::connect_init_with(&d.url(), Opts::lean(), "model", &[]).await;
@@ -310,6 +445,16 @@ async fn model() {
             let path = file.to_str().unwrap();
             let (raw_bytes, _, raw_t) = raw_pty_read(&["cat", path]);
             let raw = mb_per_s(raw_bytes, raw_t);
+            let mut floors = String::new();
+            for pipelined in [false, true] {
+                let (b, el, cpu) = forward_floor(&["cat", path], pipelined).await;
+                let floor = mb_per_s(b, el);
+                floors += &format!(
+                    " {floor:.1} ({:.2}; {:.2}) |",
+                    floor / raw,
+                    cpu * 1e3 / (b as f64 / 1e6)
+                );
+            }
             let before = c.data_len.get(&t).copied().unwrap_or(0);
             let (u0, s0) = cpu_secs(d.pid());
             let t0 = Instant::now();
@@ -323,7 +468,7 @@ async fn model() {
             let bytes = (c.data_len[&t] - before) as u64;
             let rate = mb_per_s(bytes, el);
             println!(
-                "| #{round} | {name} | {raw:.1} | {rate:.1} | **{:.2}** | {:.2} |",
+                "| #{round} | {name} | {raw:.1} |{floors} {rate:.1} | **{:.2}** | {:.2} |",
                 rate / raw,
                 (u1 - u0 + s1 - s0) * 1e3 / (bytes as f64 / 1e6)
             );
