@@ -589,9 +589,24 @@ fn with_text(part: &TerminalContentPart, text: String) -> TerminalContentPart {
     }
 }
 
-/// Runs a job (off the lock).
-fn compute(job: Job) -> Done {
-    let mut m = Model::thaw(&job.start);
+/// A model left exactly in the state its last job froze as the base, kept by the model task
+/// while jobs follow one another (for at most [`KEEP_LIVE`] between them) so that the next job,
+/// which starts from that base, does not thaw it again. Bounded: avt keeps no scrollback, so
+/// this is one screen's cells.
+type Live = Option<(Arc<Frozen>, Model)>;
+
+/// How long the model task keeps a [`Live`] model while no job comes: a flooding terminal's
+/// jobs come every few milliseconds; an idle terminal keeps only its frozen state (a few KiB),
+/// and the live model is gone before the allocator's purge ([`MEMORY_TRIM_DELAY`]).
+const KEEP_LIVE: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Runs a job (off the lock), from `live` if that is the job's starting state (else from the
+/// frozen state, thawed). Returns what it computed and the model if it ended at the new base.
+fn compute(job: Job, live: Live) -> (Done, Live) {
+    let mut m = match live {
+        Some((frozen, m)) if Arc::ptr_eq(&frozen, &job.start) => m,
+        _ => Model::thaw(&job.start),
+    };
     let mut pos = job.start_at;
     let mut done = Done {
         base: None,
@@ -641,7 +656,12 @@ fn compute(job: Job) -> Done {
             }
         }
     }
-    done
+    // Steps at the base's offset after it (a cursor report, a repaint) only read the model.
+    let live = match &done.base {
+        Some((at, frozen)) if *at == pos => Some((frozen.clone(), m)),
+        _ => None,
+    };
+    (done, live)
 }
 
 /// The model task of the terminal at `uri` numbered `serial`: runs jobs as they come, until
@@ -649,6 +669,7 @@ fn compute(job: Job) -> Done {
 pub(super) async fn run(host: Arc<Host>, uri: String, serial: u64, wake: Arc<Notify>) {
     host.trimmer
         .call_once(|| drop(tokio::spawn(give_back_memory(Arc::downgrade(&host)))));
+    let mut live: Live = None;
     loop {
         // The permit first, so a job's copy of the text is made only when it can run.
         let Ok(permit) = host.model_jobs.acquire().await else {
@@ -664,12 +685,21 @@ pub(super) async fn run(host: Arc<Host>, uri: String, serial: u64, wake: Arc<Not
         };
         let Some(job) = job else {
             drop(permit);
+            if live.is_some() {
+                let next = tokio::time::timeout(KEEP_LIVE, wake.notified()).await;
+                if next.is_ok() {
+                    continue;
+                }
+                live = None;
+            }
             wake.notified().await;
             continue;
         };
-        let Ok(done) = tokio::task::spawn_blocking(move || compute(job)).await else {
+        let kept = live.take();
+        let Ok((done, next)) = tokio::task::spawn_blocking(move || compute(job, kept)).await else {
             return;
         };
+        live = next;
         drop(permit);
         host.memory_trim.notify_one();
         let mut inner = host.lock();
@@ -757,6 +787,10 @@ mod tests {
         screen: Screen,
         /// Every byte of output text so far.
         stream: String,
+        /// Whether [`Term::settle`] hands each job the model the last one left, as the model
+        /// task does, or thaws every job's starting state.
+        reuse: bool,
+        live: Live,
     }
 
     impl Term {
@@ -765,6 +799,8 @@ mod tests {
                 state: state(),
                 screen: Screen::new(40, 10),
                 stream: String::new(),
+                reuse: true,
+                live: None,
             }
         }
 
@@ -829,7 +865,9 @@ mod tests {
                 if let Some(to) = to {
                     assert_eq!(job.text, self.stream[from..to]);
                 }
-                let done = compute(job);
+                let live = if self.reuse { self.live.take() } else { None };
+                let (done, live) = compute(job, live);
+                self.live = live;
                 let Some((at, frozen)) = done.base else {
                     break;
                 };
@@ -910,5 +948,41 @@ mod tests {
         let mut full = Model::thaw(&Frozen::fresh(40, 10));
         full.feed(&t.stream[..t.screen.base_at as usize]);
         assert_eq!(full.freeze().client(), t.screen.base.client());
+    }
+
+    #[test]
+    fn a_kept_model_and_a_thawed_one_freeze_the_same_base() {
+        let (mut kept, mut thawed) = (Term::new(), Term::new());
+        thawed.reuse = false;
+        let mut jobs = 0;
+        for i in 0..4000 {
+            // A full-screen program's frames (alternate screen, scroll region, colours, wide
+            // characters, a saved cursor) between lines of a shell.
+            let text = if i % 500 < 250 {
+                format!(
+                    "\x1b[?1049h\x1b[2;9r\x1b[{};{}H\x1b[1;3{}m中{i}\x1b7\x1b[K\x1b8\x1b[m",
+                    i % 10 + 1,
+                    i % 37 + 1,
+                    i % 8
+                )
+            } else {
+                format!("\x1b[r\x1b[?1049l\x1b[4{}mline {i}\x1b[0m é\r\n", i % 8)
+            };
+            for t in [&mut kept, &mut thawed] {
+                t.output(None, &text);
+            }
+            if i % 40 == 39 {
+                kept.settle();
+                thawed.settle();
+                assert_eq!(kept.screen.base_at, thawed.screen.base_at);
+                assert_eq!(
+                    kept.screen.base.client(),
+                    thawed.screen.base.client(),
+                    "at {i}"
+                );
+                jobs += usize::from(kept.live.is_some());
+            }
+        }
+        assert!(jobs > 10, "the kept model was used: {jobs}");
     }
 }
