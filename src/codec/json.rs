@@ -15,9 +15,17 @@ fn escape_mask(w: u64) -> u64 {
     control | quote | backslash
 }
 
+/// `\u0000` to `\u001f`, six bytes each: the escape of control character `c` is
+/// `CONTROLS[6 * c..6 * c + 6]` (escape-heavy output has an ESC every few bytes).
+const CONTROLS: &str = concat!(
+    "\\u0000\\u0001\\u0002\\u0003\\u0004\\u0005\\u0006\\u0007",
+    "\\u0008\\u0009\\u000a\\u000b\\u000c\\u000d\\u000e\\u000f",
+    "\\u0010\\u0011\\u0012\\u0013\\u0014\\u0015\\u0016\\u0017",
+    "\\u0018\\u0019\\u001a\\u001b\\u001c\\u001d\\u001e\\u001f",
+);
+
 /// Appends the escape of `b` (a byte [`escape_mask`] matches), exactly as serde_json writes it.
 fn push_escape(out: &mut String, b: u8) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
     match b {
         b'"' => out.push_str("\\\""),
         b'\\' => out.push_str("\\\\"),
@@ -27,9 +35,8 @@ fn push_escape(out: &mut String, b: u8) {
         b'\r' => out.push_str("\\r"),
         b'\t' => out.push_str("\\t"),
         _ => {
-            out.push_str("\\u00");
-            out.push(char::from(HEX[usize::from(b >> 4)]));
-            out.push(char::from(HEX[usize::from(b & 0xf)]));
+            let at = 6 * usize::from(b & 0x1f);
+            out.push_str(CONTROLS.get(at..at + 6).unwrap_or_default());
         }
     }
 }
@@ -72,6 +79,20 @@ pub(crate) fn push_escaped(out: &mut String, s: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_byte_is_escaped_as_serde_escapes_it() {
+        for b in 0..=0x7fu8 {
+            let s = format!("a{}b", char::from(b));
+            let mut out = String::new();
+            push_escaped(&mut out, &s);
+            assert_eq!(
+                format!("\"{out}\""),
+                serde_json::to_string(&s).unwrap(),
+                "{b:#x}"
+            );
+        }
+    }
 
     #[test]
     fn escaping_matches_serde_at_every_alignment() {
