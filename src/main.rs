@@ -573,13 +573,6 @@ fn serve(
     for w in warnings {
         tracing::warn!("{w}");
     }
-    // Give large buffers back to the system when they are freed: glibc's threshold for
-    // allocating them apart (128 KiB) adapts upwards after each large free, so one peer's few
-    // large messages would leave tens of MiB in the heap for good. Fixing it keeps it there.
-    // SAFETY: mallopt only tunes the allocator; it is called before any other thread exists.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024);
-    }
     // Every terminal and connection needs file descriptors: use the whole hard limit, and say
     // up front when even that is too small.
     if let Some(warning) = ahpty::server::fdlimit::prepare(&config) {
