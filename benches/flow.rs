@@ -14,7 +14,8 @@
 //! `FLOW_BENCH_STALLED_SECS` (60), `FLOW_BENCH_IDLE_TERMINALS` (100), `FLOW_BENCH_FANOUT` (32),
 //! `FLOW_BENCH_SCALE` (256), `FLOW_BENCH_PAUSED` (256), `FLOW_BENCH_MODEL_MIB` (64),
 //! `FLOW_BENCH_MODEL_TERMINALS` (50), `FLOW_BENCH_SNAPSHOTS` (30), `FLOW_BENCH_PERSIST_CHATTY` (64),
-//! `FLOW_BENCH_UPGRADE_TERMINALS` (16), `FLOW_BENCH_UPGRADES` (10). Each benchmark prints
+//! `FLOW_BENCH_UPGRADE_TERMINALS` (16), `FLOW_BENCH_UPGRADES` (10), `FLOW_BENCH_ROUNDS` (2: rounds
+//! of `throughput`, `model` and `persist`, whose medians they print at the end). Each benchmark prints
 //! the daemon's pid on stderr (`daemon pid N: …`), so a profiler can be attached to it. The
 //! daemons run with their default settings, so with transcripts on, in the benchmark's
 //! temporary `$HOME`, unless a case says otherwise.
@@ -42,6 +43,45 @@ fn env_num(name: &str, default: u64) -> u64 {
 
 fn mb_per_s(bytes: u64, d: Duration) -> f64 {
     bytes as f64 / 1e6 / d.as_secs_f64()
+}
+
+/// Rounds of the throughput cases (`FLOW_BENCH_ROUNDS`, default 2): on 2 shared cores one
+/// round's ratio moves by ±0.3, so the cases print the median of every round at the end.
+fn rounds() -> u64 {
+    env_num("FLOW_BENCH_ROUNDS", 2).max(1)
+}
+
+/// Figures collected over the rounds, by name in first-seen order, printed as medians.
+#[derive(Default)]
+struct Medians(Vec<(String, Vec<f64>)>);
+
+impl Medians {
+    fn add(&mut self, name: &str, value: f64) {
+        match self.0.iter_mut().find(|(n, _)| n == name) {
+            Some((_, values)) => values.push(value),
+            None => self.0.push((name.to_string(), vec![value])),
+        }
+    }
+
+    fn print(&mut self) {
+        let rounds = self.0.first().map_or(0, |(_, v)| v.len());
+        println!("\n| over {rounds} rounds | median | min | max |");
+        println!("|---|---|---|---|");
+        for (name, values) in &mut self.0 {
+            values.sort_by(f64::total_cmp);
+            let n = values.len();
+            let median = if n % 2 == 1 {
+                values[n / 2]
+            } else {
+                (values[n / 2 - 1] + values[n / 2]) / 2.0
+            };
+            println!(
+                "| {name} | **{median:.2}** | {:.2} | {:.2} |",
+                values[0],
+                values[n - 1]
+            );
+        }
+    }
 }
 
 fn mib(b: u64) -> f64 {
@@ -309,7 +349,8 @@ async fn throughput() {
         "| run | bytes | time | MB/s | ratio to raw pty | CPU ms per MB (user + sys) | notes |"
     );
     println!("|---|---|---|---|---|---|---|");
-    for round in 0..2 {
+    let mut medians = Medians::default();
+    for round in 0..rounds() {
         let cpu0 = thread_cpu();
         let (raw_bytes, reads, raw_t) = raw_pty_read(&["cat", &path]);
         let cpu1 = thread_cpu();
@@ -333,6 +374,8 @@ async fn throughput() {
                 floor / raw,
                 floor_cpu * 1e3 / (floor_bytes as f64 / 1e6),
             );
+            let which = if pipelined { "pipelined" } else { "one thread" };
+            medians.add(&format!("floor, {which}: ratio to raw pty"), floor / raw);
         }
         for integration in [true, false] {
             let args: &[&str] = if integration {
@@ -371,8 +414,18 @@ async fn throughput() {
                 (s1 - s0) * 1e3 / mb,
                 bytes / frames.max(1),
             );
+            let which = if integration { "on" } else { "off" };
+            medians.add(
+                &format!("ahpty, integration {which}: ratio to raw pty"),
+                rate / raw,
+            );
+            medians.add(
+                &format!("ahpty, integration {which}: CPU ms per MB"),
+                (u1 - u0 + s1 - s0) * 1e3 / mb,
+            );
         }
     }
+    medians.print();
 }
 
 // ─── the terminal model ──────────────────────────────────────────────────────
@@ -440,7 +493,8 @@ async fn model() {
     c.keep_tail = Some(4096);
     // The size the full-screen file is drawn for (the raw pty's size does not matter to it).
     let t = terminal_sized(&mut c, "model", true, 120, 40).await;
-    for round in 0..2 {
+    let mut medians = Medians::default();
+    for round in 0..rounds() {
         for (name, file) in &files {
             let path = file.to_str().unwrap();
             let (raw_bytes, _, raw_t) = raw_pty_read(&["cat", path]);
@@ -454,6 +508,8 @@ async fn model() {
                     floor / raw,
                     cpu * 1e3 / (b as f64 / 1e6)
                 );
+                let which = if pipelined { "pipelined" } else { "one thread" };
+                medians.add(&format!("{name}: floor, {which}: ratio"), floor / raw);
             }
             let before = c.data_len.get(&t).copied().unwrap_or(0);
             let (u0, s0) = cpu_secs(d.pid());
@@ -472,8 +528,14 @@ async fn model() {
                 rate / raw,
                 (u1 - u0 + s1 - s0) * 1e3 / (bytes as f64 / 1e6)
             );
+            medians.add(&format!("{name}: ahpty: ratio"), rate / raw);
+            medians.add(
+                &format!("{name}: ahpty: CPU ms per MB"),
+                (u1 - u0 + s1 - s0) * 1e3 / (bytes as f64 / 1e6),
+            );
         }
     }
+    medians.print();
     // Snapshot time: the terminal's content is full (1 MiB retained, the model far behind the
     // first byte), the last output a full-screen program's. A second client subscribes over and
     // over; the time is from sending `subscribe` to having its whole response.
@@ -1340,7 +1402,8 @@ async fn persist() {
         "| run | MB/s | ratio to raw pty | daemon CPU ms per MB (user + sys) | … of which the store thread | store `write` bytes per MB | storage bytes per MB (`write_bytes`) | transcript on disk |"
     );
     println!("|---|---|---|---|---|---|---|---|");
-    for round in 0..2 {
+    let mut medians = Medians::default();
+    for round in 0..rounds() {
         let (raw_bytes, _, raw_t) = raw_pty_read(&["cat", &path]);
         let raw = mb_per_s(raw_bytes, raw_t);
         println!("| raw pty #{round} | {raw:.1} | 1.00 | | | | | |");
@@ -1383,8 +1446,18 @@ async fn persist() {
                 (w1 - w0) as f64 / mb,
                 mib(transcript_bytes(d.home())),
             );
+            let which = if on { "on" } else { "off" };
+            medians.add(
+                &format!("transcripts {which}: ratio to raw pty"),
+                rate / raw,
+            );
+            medians.add(
+                &format!("transcripts {which}: CPU ms per MB"),
+                (u1 - u0 + s1 - s0) * 1e3 / mb,
+            );
         }
     }
+    medians.print();
     let n = env_num("FLOW_BENCH_PERSIST_CHATTY", 64) as usize;
     let window = Duration::from_secs(10);
     println!(
