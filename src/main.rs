@@ -128,7 +128,8 @@ enum Command {
     /// started from, e.g. after a package update) with the same pid, keeping every terminal
     /// running and every client resumable; prints the outcome. Exit status 0: upgraded; 1:
     /// the upgrade failed and the old version serves on (the reason is printed); 2: no
-    /// outcome within --timeout. The same as `kill -USR2 PID`.
+    /// outcome within --timeout; 3: the daemon exited during the upgrade (a new binary that
+    /// ended before it took over). The same as `kill -USR2 PID`.
     Upgrade(UpgradeArgs),
     /// (internal) The pre-flight of a live upgrade: checks that this binary can run the given
     /// `serve` arguments and prints the hand-over formats it reads, as JSON.

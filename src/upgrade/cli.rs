@@ -15,7 +15,8 @@ use super::{read_status, status_path, Stage, Status};
 const POLL: Duration = Duration::from_millis(20);
 
 /// Exit status of `ahpty upgrade`: 0 upgraded, 1 failed (the old version serves), 2 no
-/// answer in time.
+/// answer in time, 3 the daemon exited during the upgrade without an outcome (a new image
+/// that ended before it took over: the case docs/upgrade.md says cannot be caught).
 pub fn run(pid: Option<u32>, socket: &Path, timeout: Duration, out: &mut dyn io::Write) -> u8 {
     let pid = match pid {
         Some(p) => p,
@@ -45,6 +46,15 @@ pub fn run(pid: Option<u32>, socket: &Path, timeout: Duration, out: &mut dyn io:
             let _ = writeln!(out, "{}", describe(&status));
             return if status.ok { 0 } else { 1 };
         }
+        if gone(pid) {
+            eprintln!(
+                "ahpty: the daemon (pid {pid}) exited during the upgrade without an outcome \
+                 (most likely the new binary ran in its place and ended before taking over) and \
+                 the terminals' programs ended with it; see its log, and start it again: the \
+                 transcripts come back unless it ran with --no-persist"
+            );
+            return 3;
+        }
         if Instant::now() >= deadline {
             eprintln!(
                 "ahpty: no upgrade outcome from pid {pid} within {} s (see its log; the \
@@ -55,6 +65,21 @@ pub fn run(pid: Option<u32>, socket: &Path, timeout: Duration, out: &mut dyn io:
             return 2;
         }
         std::thread::sleep(POLL);
+    }
+}
+
+/// `pid` has exited: no such process, or a zombie its parent has not reaped yet.
+fn gone(pid: u32) -> bool {
+    match nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), None) {
+        Err(nix::errno::Errno::ESRCH) => true,
+        Err(_) => false,
+        Ok(()) => std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|stat| {
+                let state = stat[stat.rfind(')')? + 1..].split_whitespace().next()?;
+                Some(state == "Z" || state == "X")
+            })
+            .unwrap_or(false),
     }
 }
 

@@ -428,6 +428,35 @@ spec!(
     }
 );
 
+spec!(
+    a_new_binary_that_ends_before_taking_over_is_reported_at_once,
+    async {
+        // Not ahpty: a wrapper that passes the pre-flight (the real binary answers it) and
+        // then exits where the new image should take over. The daemon's process ends with it.
+        let install = Install::new();
+        let d = install.start();
+        let (_a, _t, _pid) = claimed_shell(&d, "gone-a", "gone").await;
+        let real = env!("CARGO_BIN_EXE_ahpty");
+        install.put_script(&format!(
+            "[ \"$1\" = upgrade-check ] && exec '{real}' \"$@\"\nexit 0"
+        ));
+        let started = Instant::now();
+        let out = upgrade(d.home()).await;
+        assert_eq!(out.code, Some(3), "{out:?}");
+        assert!(
+            out.stderr
+                .contains("exited during the upgrade without an outcome"),
+            "{out:?}"
+        );
+        // Said once the process is gone, not after `--timeout` (50 s here).
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+);
+
 // `--upgrade-timeout` bounds both waits on the new binary (1 s here, against the default 5 s):
 // a pre-flight that never answers is given up after it with the old version serving on, and a
 // new image that never commits is given up after it by going back to the old image, which
