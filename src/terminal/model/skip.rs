@@ -72,7 +72,7 @@ pub fn simple_suffix_start(b: &[u8]) -> usize {
 /// other control string of printable bytes (or UTF-8) ended by BEL or ST, or an ESC sequence
 /// of intermediates then a final byte. `None` for anything else (a C0 control or an ESC
 /// inside, unterminated).
-fn well_formed_end(b: &[u8], e: usize) -> Option<usize> {
+pub fn well_formed_end(b: &[u8], e: usize) -> Option<usize> {
     let kind = *b.get(e + 1)?;
     let body = e + 2;
     match kind {
