@@ -481,6 +481,26 @@ mod tests {
     }
 
     #[test]
+    fn skip_is_exact_a_skipped_reset_clears_the_pen_set_before_it() {
+        // The pen is set before the stretch (the CSI after it ends the simple run), the only
+        // reset is in the skipped stretch, and nothing after it sets the pen: what is drawn
+        // after the cut shows whether the skip applied that reset.
+        let pen = "\x1b[1;4;7;44m\x1b[?1h";
+        assert_skip_exact(
+            20,
+            3,
+            &format!("{pen}\x1b[0;32mgreen\r\n{}", plain_lines(10)),
+        );
+        let frame = |n: usize, sgr: &str| {
+            (1..=3)
+                .map(|r| format!("\x1b[{r};1H{sgr}frame {n}\x1b[K"))
+                .collect::<String>()
+        };
+        let repaints = format!("{pen}{}{}", frame(1, "\x1b[m"), frame(2, ""));
+        assert_skip_exact(20, 3, &format!("{repaints}\x1b[1;1H"));
+    }
+
+    #[test]
     fn skip_is_exact_c1_csi_sgr_in_scrolled_away_lines() {
         // U+009B is CSI to avt; the simple run takes its bytes for text and net_pen misses it.
         assert_skip_exact(20, 3, &format!("\u{9b}1m{}", plain_lines(10)));
