@@ -461,7 +461,7 @@ mod tests {
         let mut pen = String::new();
         let mut rest = text;
         while let Some(e) = rest.find('\x1b') {
-            let end = e + token_end(rest[e..].as_bytes(), 0);
+            let end = e + token_end(&rest.as_bytes()[e..], 0);
             let seq = &rest[e..end];
             if seq.starts_with("\x1b[") && seq.ends_with('m') {
                 if is_reset(seq.as_bytes()) {
