@@ -591,8 +591,9 @@ fn with_text(part: &TerminalContentPart, text: String) -> TerminalContentPart {
 
 /// A model left exactly in the state its last job froze as the base, kept by the model task
 /// while jobs follow one another (for at most [`KEEP_LIVE`] between them) so that the next job,
-/// which starts from that base, does not thaw it again. Bounded: avt keeps no scrollback, so
-/// this is one screen's cells.
+/// which starts from that base, does not thaw it again. Kept only where a thaw of that base
+/// would behave the same ([`Model::thaws_exactly`]: not inside a sequence). Bounded: avt keeps
+/// no scrollback, so this is one screen's cells.
 type Live = Option<(Arc<Frozen>, Model)>;
 
 /// How long the model task keeps a [`Live`] model while no job comes: a flooding terminal's
@@ -657,8 +658,9 @@ fn compute(job: Job, live: Live) -> (Done, Live) {
         }
     }
     // Steps at the base's offset after it (a cursor report, a repaint) only read the model.
+    // A base inside a sequence is thawed next time, as it would be after [`KEEP_LIVE`].
     let live = match &done.base {
-        Some((at, frozen)) if *at == pos => Some((frozen.clone(), m)),
+        Some((at, frozen)) if *at == pos && m.thaws_exactly() => Some((frozen.clone(), m)),
         _ => None,
     };
     (done, live)
@@ -984,5 +986,36 @@ mod tests {
             }
         }
         assert!(jobs > 10, "the kept model was used: {jobs}");
+    }
+
+    /// A job from `start` (at `start_at`) over `text` that moves the base to its end.
+    fn advance_job(start_at: u64, start: Arc<Frozen>, text: &str) -> Job {
+        Job {
+            start_at,
+            start,
+            text: text.to_string(),
+            resizes: Vec::new(),
+            advance: Some(start_at + text.len() as u64),
+            cursor: None,
+            repaint: None,
+            cols: 40,
+        }
+    }
+
+    #[test]
+    fn a_base_inside_a_control_sequence_freezes_the_same_kept_or_thawed() {
+        // A base can fall inside a CSI: an integration OSC that ends a command's output cut
+        // it short (the framer releases the CSI's bytes as text and removes the OSC), and the
+        // next part, where the trim puts the base, starts with what reads as its final byte.
+        let fresh = Arc::new(Frozen::fresh(40, 10));
+        let (done, live) = compute(advance_job(0, fresh, "out\x1b[?2004"), None);
+        let Some((at, base)) = done.base else {
+            panic!("no base");
+        };
+        let next = |live: Live| {
+            let (done, _) = compute(advance_job(at, base.clone(), "h$ "), live);
+            done.base.map(|(_, f)| f.client().to_string())
+        };
+        assert_eq!(next(live), next(None));
     }
 }

@@ -837,6 +837,59 @@ mod tests {
         assert_eq!(f.take_text(), None);
     }
 
+    /// Pieces of pty output: what the fast path takes (text, SGR and other inert CSIs, whole
+    /// or cut, one longer than it takes), UTF-8 cut into bytes, and what ends or breaks a
+    /// sequence.
+    fn piece() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
+        use proptest::prelude::*;
+        let long = format!("\x1b[{}m", "1;".repeat(40)).into_bytes();
+        prop_oneof![
+            20 => proptest::sample::select(vec![
+                &b"\x1b[1m"[..], b"\x1b[0;31m", b"\x1b[K", b"\x1b[12;40H", b"\x1b[38:5:1m",
+                b"\x1b[", b"\x1b[1", b"\x1b[?25h", b"\x1b[6n", b"\x1b]0;t\x07", b"\x1b]0;",
+                b"\x1bP1$q", b"\x1b\\", b"\x1b", b"\x1b(B", b"\x18", b"\x07", b"\x9c", b"\xe2",
+                b"\x94", b"\x80", b"\xc3\xa9", b"\xf0\x9f", b"\xff", b"a", b"text ", b"\r\n",
+            ])
+            .prop_map(<[u8]>::to_vec),
+            1 => Just(long),
+        ]
+    }
+
+    /// The text a framer that removes nothing gives for `input` cut into reads at `cuts`.
+    fn pass_through(input: &[u8], cuts: &[usize]) -> String {
+        let mut f = Framer::new();
+        let mut last = 0;
+        for &c in cuts.iter().chain([&input.len()]) {
+            let c = c.clamp(last, input.len());
+            f.advance(&input[last..c], &mut PassAll);
+            last = c;
+        }
+        f.finish(&mut PassAll);
+        f.take_text().unwrap_or_default()
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(500))]
+
+        /// A framer that removes nothing passes every byte through as the lossy UTF-8 decoding
+        /// of the whole stream (a partial character before an ESC is one U+FFFD), however the
+        /// stream is cut into reads: in one, at random points, or a byte at a time (where no
+        /// whole CSI is ever seen at once).
+        #[test]
+        fn framing_without_removals_is_lossy_decoding_however_cut(
+            pieces in proptest::collection::vec(piece(), 0..40),
+            mut cuts in proptest::collection::vec(0usize..400, 0..6),
+        ) {
+            let input = pieces.concat();
+            let want = String::from_utf8_lossy(&input).into_owned();
+            proptest::prop_assert_eq!(&pass_through(&input, &[]), &want);
+            cuts.sort_unstable();
+            proptest::prop_assert_eq!(&pass_through(&input, &cuts), &want);
+            let bytes: Vec<usize> = (1..input.len()).collect();
+            proptest::prop_assert_eq!(&pass_through(&input, &bytes), &want);
+        }
+    }
+
     #[test]
     fn sequence_lengths() {
         let len = |b: &[u8]| sequence_len(b);

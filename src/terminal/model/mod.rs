@@ -80,6 +80,10 @@ pub struct Model {
     vte: vte::Parser,
     cols: u16,
     rows: u16,
+    /// Whether the text fed so far ends between sequences (its last ESC starts a sequence
+    /// that is complete), so that the parsers are in their ground state and a thawed copy of
+    /// [`Model::freeze`] is this very model (see [`Model::thaws_exactly`]).
+    between_sequences: bool,
 }
 
 fn clamp_size(cols: u16, rows: u16) -> (u16, u16) {
@@ -106,7 +110,18 @@ impl Model {
             vte: vte::Parser::new(),
             cols: frozen.cols,
             rows: frozen.rows,
+            between_sequences: true,
         }
+    }
+
+    /// Whether [`Model::thaw`] of [`Model::freeze`] gives back a model that behaves as this one
+    /// on any further text. Not when the text fed so far ends inside a sequence (an ESC whose
+    /// sequence the text does not complete): avt's dump carries its parser's state, but the
+    /// mode tracker's parser starts a thawed model in its ground state, so the rest of that
+    /// sequence would be text to one model and a mode change to the other. Conservative: a
+    /// malformed last sequence counts as unfinished.
+    pub fn thaws_exactly(&self) -> bool {
+        self.between_sequences
     }
 
     /// The model at rest, with the client's replay text built.
@@ -212,6 +227,10 @@ impl Model {
     fn feed_exact(&mut self, text: &str) {
         if text.is_empty() {
             return;
+        }
+        // vte leaves its ground state only at an ESC (it reads U+0080–U+009F as text).
+        if let Some(e) = memchr::memrchr(0x1b, text.as_bytes()) {
+            self.between_sequences = skip::well_formed_end(text.as_bytes(), e).is_some();
         }
         self.vte.advance(
             &mut modes::Driver {
@@ -398,6 +417,56 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(300))]
+
+        /// Where a model says a thaw reproduces it, a thawed copy of its frozen state goes on
+        /// exactly as it does, whatever follows (the split falls anywhere, inside sequences
+        /// too).
+        #[test]
+        fn a_model_that_thaws_exactly_goes_on_as_its_thawed_copy(
+            pieces in proptest::collection::vec(piece(), 1..60),
+            split in 0usize..10_000,
+        ) {
+            let text = pieces.concat();
+            let mut at = split % (text.len() + 1);
+            while !text.is_char_boundary(at) {
+                at += 1;
+            }
+            let mut live = model(12, 5);
+            live.feed_exact(&text[..at]);
+            if live.thaws_exactly() {
+                let mut thawed = roundtrip(&live);
+                live.feed_exact(&text[at..]);
+                thawed.feed_exact(&text[at..]);
+                let (a, b) = (live.freeze(), thawed.freeze());
+                proptest::prop_assert_eq!(&a.raw, &b.raw);
+                proptest::prop_assert_eq!(&a.modes, &b.modes);
+                proptest::prop_assert_eq!(a.client(), b.client());
+            }
+        }
+    }
+
+    #[test]
+    fn a_model_inside_a_sequence_does_not_thaw_exactly() {
+        let mut m = model(12, 5);
+        assert!(m.thaws_exactly());
+        for (text, exact) in [
+            ("a\x1b[?20", false),
+            // Known only at the next ESC (the model does not follow a sequence's bytes).
+            ("04h", false),
+            ("x\x1b[m", true),
+            ("\x1b]0;title", false),
+            ("\x1b\\b", true),
+            ("\x1b", false),
+            ("\x1b(B", true),
+            ("plain text", true),
+        ] {
+            m.feed_exact(text);
+            assert_eq!(m.thaws_exactly(), exact, "after {text:?}");
+        }
+    }
+
     /// Feeds `text` with skipping and without, and compares avt's dumps.
     fn assert_skip_exact(cols: u16, rows: u16, text: &str) {
         let mut skipping = model(cols, rows);
@@ -409,6 +478,26 @@ mod tests {
 
     fn plain_lines(n: usize) -> String {
         (0..n).map(|i| format!("line{i}\r\n")).collect::<String>() + "end"
+    }
+
+    #[test]
+    fn skip_is_exact_a_skipped_reset_clears_the_pen_set_before_it() {
+        // The pen is set before the stretch (the CSI after it ends the simple run), the only
+        // reset is in the skipped stretch, and nothing after it sets the pen: what is drawn
+        // after the cut shows whether the skip applied that reset.
+        let pen = "\x1b[1;4;7;44m\x1b[?1h";
+        assert_skip_exact(
+            20,
+            3,
+            &format!("{pen}\x1b[0;32mgreen\r\n{}", plain_lines(10)),
+        );
+        let frame = |n: usize, sgr: &str| {
+            (1..=3)
+                .map(|r| format!("\x1b[{r};1H{sgr}frame {n}\x1b[K"))
+                .collect::<String>()
+        };
+        let repaints = format!("{pen}{}{}", frame(1, "\x1b[m"), frame(2, ""));
+        assert_skip_exact(20, 3, &format!("{repaints}\x1b[1;1H"));
     }
 
     #[test]

@@ -72,7 +72,7 @@ pub fn simple_suffix_start(b: &[u8]) -> usize {
 /// other control string of printable bytes (or UTF-8) ended by BEL or ST, or an ESC sequence
 /// of intermediates then a final byte. `None` for anything else (a C0 control or an ESC
 /// inside, unterminated).
-fn well_formed_end(b: &[u8], e: usize) -> Option<usize> {
+pub fn well_formed_end(b: &[u8], e: usize) -> Option<usize> {
     let kind = *b.get(e + 1)?;
     let body = e + 2;
     match kind {
@@ -453,6 +453,42 @@ mod tests {
         ) {
             let bytewise = (0..bytes.len()).rev().find(|&k| !is_simple_byte(bytes[k]));
             proptest::prop_assert_eq!(last_control(&bytes), bytewise);
+        }
+    }
+
+    /// [`net_pen`] by reading every sequence from the start: the SGRs from the last reset on.
+    fn net_pen_forward(text: &str) -> String {
+        let mut pen = String::new();
+        let mut rest = text;
+        while let Some(e) = rest.find('\x1b') {
+            let end = e + token_end(&rest.as_bytes()[e..], 0);
+            let seq = &rest[e..end];
+            if seq.starts_with("\x1b[") && seq.ends_with('m') {
+                if is_reset(seq.as_bytes()) {
+                    pen.clear();
+                }
+                pen.push_str(seq);
+            }
+            rest = &rest[end..];
+        }
+        pen + "\r"
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(500))]
+
+        /// On what the skips hand it (whole SGR, EL and CUP sequences, text, CR and LF), the
+        /// last reset found from the end is the one a reading from the start finds.
+        #[test]
+        fn net_pen_from_the_end_is_net_pen_from_the_start(
+            tokens in proptest::collection::vec(proptest::sample::select(vec![
+                "\x1b[m", "\x1b[0m", "\x1b[00;1m", "\x1b[;4m", "\x1b[1m", "\x1b[10m",
+                "\x1b[0:3m", "\x1b[38;5;0m", "\x1b[K", "\x1b[2K", "\x1b[3;1H", "\x1b[H",
+                "text", "é日", "\r\n", "\t",
+            ]), 0..30),
+        ) {
+            let text = tokens.concat();
+            proptest::prop_assert_eq!(net_pen(&text), net_pen_forward(&text));
         }
     }
 
