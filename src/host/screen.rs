@@ -483,7 +483,10 @@ impl Screen {
             resizes: self
                 .resizes
                 .iter()
-                .filter(|r| r.at > start_at && r.at <= last)
+                // One at `start_at` too: a resize before the base's first advance (made
+                // before any output, say) is not in its state. The starting state already has
+                // the others at `start_at`, and a resize to the size a model has is nothing.
+                .filter(|r| r.at >= start_at && r.at <= last)
                 .copied()
                 .collect(),
             advance,
@@ -986,6 +989,24 @@ mod tests {
             }
         }
         assert!(jobs > 10, "the kept model was used: {jobs}");
+    }
+
+    #[test]
+    fn a_resize_before_any_output_reaches_the_model() {
+        let mut t = Term::new();
+        t.screen.resized(20, 5);
+        for i in 0..3000 {
+            t.output(
+                None,
+                &format!("line {i} of text that is wider than twenty\r\n"),
+            );
+        }
+        t.settle();
+        assert!(t.screen.base_at > 0);
+        let mut full = Model::thaw(&Frozen::fresh(40, 10));
+        full.resize(20, 5);
+        full.feed(&t.stream[..t.screen.base_at as usize]);
+        assert_eq!(full.freeze().client(), t.screen.base.client());
     }
 
     /// A job from `start` (at `start_at`) over `text` that moves the base to its end.
