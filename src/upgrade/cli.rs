@@ -46,7 +46,8 @@ pub fn run(pid: Option<u32>, socket: &Path, timeout: Duration, out: &mut dyn io:
             let _ = writeln!(out, "{}", describe(&status));
             return if status.ok { 0 } else { 1 };
         }
-        if gone(pid) {
+        // Checked after the status, which a failing image writes before it exits.
+        if gone(pid) && read_status(pid).filter(|s| s.attempt > before).is_none() {
             eprintln!(
                 "ahpty: the daemon (pid {pid}) exited during the upgrade without an outcome \
                  (most likely the new binary ran in its place and ended before taking over) and \
@@ -70,16 +71,13 @@ pub fn run(pid: Option<u32>, socket: &Path, timeout: Duration, out: &mut dyn io:
 
 /// `pid` has exited: no such process, or a zombie its parent has not reaped yet.
 fn gone(pid: u32) -> bool {
-    match nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), None) {
-        Err(nix::errno::Errno::ESRCH) => true,
+    let Ok(pid) = i32::try_from(pid) else {
+        return false;
+    };
+    match procfs::process::Process::new(pid).and_then(|p| p.stat()) {
+        Ok(stat) => matches!(stat.state, 'Z' | 'X'),
+        Err(procfs::ProcError::NotFound(_)) => true,
         Err(_) => false,
-        Ok(()) => std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .ok()
-            .and_then(|stat| {
-                let state = stat[stat.rfind(')')? + 1..].split_whitespace().next()?;
-                Some(state == "Z" || state == "X")
-            })
-            .unwrap_or(false),
     }
 }
 
