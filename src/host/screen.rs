@@ -599,9 +599,10 @@ fn with_text(part: &TerminalContentPart, text: String) -> TerminalContentPart {
 /// no scrollback, so this is one screen's cells.
 type Live = Option<(Arc<Frozen>, Model)>;
 
-/// How long the model task keeps a [`Live`] model while no job comes: a flooding terminal's
-/// jobs come every few milliseconds; an idle terminal keeps only its frozen state (a few KiB),
-/// and the live model is gone before the allocator's purge ([`MEMORY_TRIM_DELAY`]).
+/// How long after a job the model task keeps the [`Live`] model it left, if no other job
+/// comes: a flooding terminal's jobs come every few milliseconds; a terminal that stops (or
+/// only trickles) keeps only its frozen state (a few KiB), and the live model is gone before
+/// the allocator's purge ([`MEMORY_TRIM_DELAY`]).
 const KEEP_LIVE: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// Runs a job (off the lock), from `live` if that is the job's starting state (else from the
@@ -675,6 +676,9 @@ pub(super) async fn run(host: Arc<Host>, uri: String, serial: u64, wake: Arc<Not
     host.trimmer
         .call_once(|| drop(tokio::spawn(give_back_memory(Arc::downgrade(&host)))));
     let mut live: Live = None;
+    // When a kept model goes: `KEEP_LIVE` after the job that left it (wake-ups without a job,
+    // such as every line of output once the content is due for a trim, do not extend it).
+    let mut keep_until = tokio::time::Instant::now();
     loop {
         // The permit first, so a job's copy of the text is made only when it can run.
         let Ok(permit) = host.model_jobs.acquire().await else {
@@ -691,8 +695,10 @@ pub(super) async fn run(host: Arc<Host>, uri: String, serial: u64, wake: Arc<Not
         let Some(job) = job else {
             drop(permit);
             if live.is_some() {
-                let next = tokio::time::timeout(KEEP_LIVE, wake.notified()).await;
-                if next.is_ok() {
+                if tokio::time::timeout_at(keep_until, wake.notified())
+                    .await
+                    .is_ok()
+                {
                     continue;
                 }
                 live = None;
@@ -705,6 +711,7 @@ pub(super) async fn run(host: Arc<Host>, uri: String, serial: u64, wake: Arc<Not
             return;
         };
         live = next;
+        keep_until = tokio::time::Instant::now() + KEEP_LIVE;
         drop(permit);
         host.memory_trim.notify_one();
         let mut inner = host.lock();
