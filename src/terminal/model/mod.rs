@@ -191,9 +191,22 @@ impl Model {
         let start = skip::simple_suffix_start(text.as_bytes());
         self.feed_repainting(&text[..start]);
         let simple = &text[start..];
-        if self.tracker.modes.margins.is_none() {
-            if let Some(cut) = skip::skip_cut(simple.as_bytes(), 2 * usize::from(self.rows)) {
-                self.feed_exact(&skip::net_pen(&simple[..cut]));
+        let modes = &self.tracker.modes;
+        if modes.margins.is_none() {
+            let cursor = self.vt.cursor();
+            let start = skip::RunStart {
+                col: cursor.col,
+                row: cursor.row,
+                cols: usize::from(self.cols),
+                rows: usize::from(self.rows),
+                newline: modes.newline,
+                autowrap: modes.autowrap,
+            };
+            let need = 2 * usize::from(self.rows);
+            if let Some((cut, col)) = skip::skip_cut(simple.as_bytes(), need, start) {
+                let mut skipped = skip::net_pen(&simple[..cut]);
+                skip::restore_cursor(&mut skipped, col, start.cols, start.rows);
+                self.feed_exact(&skipped);
                 self.feed_exact(&simple[cut..]);
                 return;
             }
@@ -350,6 +363,113 @@ mod tests {
     }
 
     /// Pieces of output: what full-screen programs draw with, and what breaks a repaint run.
+    #[test]
+    fn bare_line_feeds_are_skipped_with_the_column_they_leave() {
+        // Lines longer than the screen is wide, LF without CR (the pty's LF → CR LF
+        // translation off): the cursor's column moves on from line to line and a wrap is
+        // pending whenever a line ends in the last column.
+        for (len, prefix) in [
+            (57, ""),
+            (40, ""),
+            (80, "\x1b[5;7Hx"),
+            (13, "\x1b[?1049h"),
+            (57, "\x1b[4h"),
+            (57, "\x1b[20h"),
+            (57, "\x1b[?7l"),
+        ] {
+            let mut lines = String::from(prefix);
+            for i in 0..300 {
+                let body: String = (0..len)
+                    .map(|k| char::from(b'a' + ((i + k) % 26) as u8))
+                    .collect();
+                let _ = writeln!(lines, "\x1b[3{}m{body}\x1b[m", i % 8);
+            }
+            lines.push_str("tail");
+            let start = skip::RunStart {
+                col: 0,
+                row: 0,
+                cols: 40,
+                rows: 10,
+                newline: false,
+                autowrap: true,
+            };
+            if prefix.is_empty() {
+                // Counted, not given up on: the cut is a bare LF's.
+                let (cut, _) = skip::skip_cut(lines.as_bytes(), 20, start).expect("a cut");
+                assert_ne!(lines.as_bytes()[cut - 2], b'\r');
+            }
+            let mut skipping = model(40, 10);
+            skipping.feed(&lines);
+            let mut full = model(40, 10);
+            full.feed_exact(&lines);
+            assert_eq!(screen(&skipping), screen(&full), "{len} {prefix:?}");
+            assert_eq!(skipping.vt.dump(), full.vt.dump(), "{len} {prefix:?}");
+        }
+    }
+
+    #[test]
+    fn a_cut_leaves_the_cursor_on_the_bottom_row_as_a_full_feed_does() {
+        // A full feed reaches the bottom row (row 4) with the fourth LF, prints a line that
+        // fills the width (a wrap pending) and scrolls on, keeping the wrap pending. Skipping
+        // the first CR LF without moving the cursor would leave the model a row higher: its
+        // line would be printed on row 3 and the next LF, which moves down instead of
+        // scrolling, would end the wrap.
+        let text = format!("\r\n\n\n\n{}{}", "a".repeat(12), "\n".repeat(7));
+        let mut skipping = model(12, 5);
+        skipping.feed(&text);
+        let mut full = model(12, 5);
+        full.feed_exact(&text);
+        assert_eq!(full.vt.cursor().col, 12, "a wrap is pending");
+        assert_eq!(skipping.vt.cursor(), full.vt.cursor());
+        assert_eq!(skipping.vt.dump(), full.vt.dump());
+    }
+
+    /// Simple output (no cursor addressing, no scroll region) with bare line feeds, lines of
+    /// every length around the screen's width, and what the column count gives up on.
+    fn simple_piece() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        prop_oneof![
+            6 => Just("\n".to_string()),
+            1 => Just("\r\n".to_string()),
+            1 => Just("\r".to_string()),
+            4 => "[a-z ]{0,13}",
+            2 => (11usize..14).prop_map(|n| "w".repeat(n)),
+            1 => prop::sample::select(vec!["\t", "\x08", "é", "日本", "x\u{301}"])
+                .prop_map(str::to_string),
+            2 => prop::sample::select(vec!["\x1b[K", "\x1b[2K", "\x1b[1K", "\x1b[31m", "\x1b[m"])
+                .prop_map(str::to_string),
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(600))]
+
+        /// Skipping ahead over bare line feeds gives the state a full feed gives, from any
+        /// cursor position and modes, in one feed or two.
+        #[test]
+        fn skipping_bare_line_feeds_is_exact(
+            before in proptest::collection::vec(piece(), 0..12),
+            mode in proptest::sample::select(vec!["", "\x1b[20h", "\x1b[?7l", "\x1b[4h", "\x1b[?1049h"]),
+            pieces in proptest::collection::vec(simple_piece(), 0..160),
+            split in 0usize..10_000,
+        ) {
+            let text = format!("{}{mode}{}", before.concat(), pieces.concat());
+            let mut at = split % (text.len() + 1);
+            while at < text.len() && text.as_bytes()[at] != 0x1b {
+                at += 1;
+            }
+            let mut skipping = model(12, 5);
+            skipping.feed(&text[..at]);
+            skipping.feed(&text[at..]);
+            let mut whole = model(12, 5);
+            whole.feed(&text);
+            let mut full = model(12, 5);
+            full.feed_exact(&text);
+            proptest::prop_assert_eq!(whole.vt.dump(), full.vt.dump());
+            proptest::prop_assert_eq!(skipping.vt.dump(), full.vt.dump());
+        }
+    }
+
     fn piece() -> impl proptest::strategy::Strategy<Value = String> {
         use proptest::prelude::*;
         prop_oneof![

@@ -7,10 +7,16 @@
 //! xterm and avt read them):
 //! - **Scrolled-away lines.** In a run of *simple* output at the end of a feed — printable
 //!   text, CR, LF, BS, HT, SGR (`CSI … m`) and EL (`CSI … K`) — with the scroll region the full
-//!   screen, everything before the last CR LF that is still followed by twice the screen height
-//!   of line feeds cannot show any more: the first `rows` line feeds bring the cursor to the
-//!   bottom from anywhere, the next `rows` scroll every row in fresh ([`simple_suffix_start`],
-//!   [`skip_cut`]).
+//!   screen, everything before the last line feed that is still followed by twice the screen
+//!   height of line feeds cannot show any more: the first `rows` line feeds bring the cursor to
+//!   the bottom from anywhere, the next `rows` scroll every row in fresh ([`simple_suffix_start`],
+//!   [`skip_cut`]). What the stretch leaves besides the pen is the cursor: on the bottom row
+//!   (a cut is taken only after enough line feeds to bring it there, and the model is put
+//!   there too: in avt a line feed ends a pending wrap when it moves the cursor down but not
+//!   when it scrolls, so the row shapes what follows), in column 0 after a CR LF, and after a
+//!   bare LF (a program that turned the pty's LF → CR LF translation off, as `ahpty run` does,
+//!   or a raw-mode program) in the column its printing since the last CR reached, which is
+//!   counted, not emulated, where that printing is ASCII without HT or BS.
 //! - **Repainted screens.** A run of *row painting* — CUP (`CSI row ; col H`), SGR, EL 0/2 and
 //!   printable characters that never wrap — in which every row of the screen is painted in
 //!   full (CUP to its first column, then text, then EL, which also clears the row's wrap flag)
@@ -191,21 +197,145 @@ fn token_end(b: &[u8], at: usize) -> usize {
     }
 }
 
-/// In a simple run, the last point right after a CR LF that is followed by at least `need`
-/// line feeds.
-pub fn skip_cut(b: &[u8], need: usize) -> Option<usize> {
+/// The cursor where a simple run starts, and the modes that move it, as [`skip_cut`] needs
+/// them.
+#[derive(Debug, Clone, Copy)]
+pub struct RunStart {
+    /// The cursor's column, 0-based; `cols` while a wrap is pending (as avt keeps it).
+    pub col: usize,
+    /// The cursor's row, 0-based.
+    pub row: usize,
+    /// The screen's width and height (at least 1 each; the scroll region is the whole
+    /// screen).
+    pub cols: usize,
+    pub rows: usize,
+    /// LNM (`CSI 20 h`): a line feed also returns the carriage.
+    pub newline: bool,
+    /// DECAWM (`CSI ? 7 h`): printing in the last column wraps (the column count assumes it).
+    pub autowrap: bool,
+}
+
+/// In a simple run `b` that starts with the cursor at `start`, the last point right after a
+/// line feed that is followed by at least `need` line feeds and preceded by enough of them to
+/// have brought the cursor to the bottom row, with the cursor's column there (in
+/// [`RunStart::col`]'s terms): 0 after a CR LF or in LNM; after a bare LF, the column
+/// [`column_at`] counts. Where that column cannot be counted, the last such point after a
+/// CR LF is taken. `None` when there is no such point.
+pub fn skip_cut(b: &[u8], need: usize, start: RunStart) -> Option<(usize, usize)> {
+    let bottom = start.rows.checked_sub(1)?;
+    let total = memchr::memchr_iter(b'\n', b).count();
     let mut lfs = 0;
+    let mut bare_tried = false;
     let mut k = b.len();
-    while k >= 2 {
+    while k >= 1 {
         if b[k - 1] == b'\n' {
-            if lfs >= need && b[k - 2] == b'\r' {
-                return Some(k);
+            if lfs >= need {
+                // Nothing in a simple run moves the cursor up, and each line feed moves it
+                // down a row or scrolls: this many line feeds before `k` bring it to the
+                // bottom row (earlier points have fewer).
+                if start.row + (total - lfs) < bottom {
+                    return None;
+                }
+                if start.newline || (k >= 2 && b[k - 2] == b'\r') {
+                    return Some((k, 0));
+                }
+                if !bare_tried {
+                    bare_tried = true;
+                    if let Some(col) = column_at(b, k, start) {
+                        return Some((k, col));
+                    }
+                }
             }
             lfs += 1;
         }
         k -= 1;
     }
     None
+}
+
+/// The cursor's column at `b[k]` (right after a bare LF) in a simple run that starts at
+/// `start`, when it can be counted and the cursor is on the bottom row there. Counted: every
+/// character printed since the run's last CR before `k` is one column of ASCII (no HT, BS,
+/// or wider or narrower character) and printing wraps; SGR and EL move nothing. Each printed
+/// character first wraps a pending line (moving down a row), then takes a column; a line feed
+/// keeps the column when it scrolls and, when it moves down, ends a pending wrap (the column
+/// becomes the last one), as avt does. Costs a pass over the line feeds since that CR.
+fn column_at(b: &[u8], k: usize, start: RunStart) -> Option<usize> {
+    let (cols, bottom) = (start.cols, start.rows.checked_sub(1)?);
+    if !start.autowrap || cols == 0 {
+        return None;
+    }
+    let (from, mut col, mut row) = match memchr::memrchr(b'\r', &b[..k]) {
+        // Nothing moves the cursor up: the line feeds before the CR bring it down at least
+        // that far (wraps may bring it further, so only the bottom row is certain).
+        Some(r) => {
+            let down = start.row + memchr::memchr_iter(b'\n', &b[..r]).count();
+            if down < bottom {
+                return None;
+            }
+            (r + 1, 0, bottom)
+        }
+        None => (0, start.col.min(cols), start.row.min(bottom)),
+    };
+    let stretch = &b[from..k];
+    if !stretch.is_ascii() || memchr::memchr2(b'\t', 0x08, stretch).is_some() {
+        return None;
+    }
+    let mut at = 0;
+    for lf in memchr::memchr_iter(b'\n', stretch) {
+        let n = printed(&stretch[at..lf]);
+        if n > 0 && col + n > cols {
+            row = (row + (col + n - 1) / cols).min(bottom);
+        }
+        col = advance(col, n, cols);
+        if row < bottom {
+            row += 1;
+            col = col.min(cols - 1);
+        }
+        at = lf + 1;
+    }
+    // `k` is right after a line feed: `at == stretch.len()`.
+    (row == bottom).then_some(col)
+}
+
+/// The characters a stretch of a simple run with no control but its SGRs and ELs prints.
+fn printed(stretch: &[u8]) -> usize {
+    let mut n = stretch.len();
+    let mut p = 0;
+    while let Some(e) = memchr::memchr(0x1b, &stretch[p..]) {
+        let end = token_end(stretch, p + e);
+        n -= end - (p + e);
+        p = end;
+    }
+    n
+}
+
+/// The column after printing `n` one-column characters from column `col` on a screen `cols`
+/// wide that wraps, `cols` meaning a wrap is pending (each character first wraps a pending
+/// line, then takes a column). Printing `a` then `b` characters is printing `a + b`.
+fn advance(col: usize, n: usize, cols: usize) -> usize {
+    if n == 0 || col + n <= cols {
+        col + n
+    } else {
+        (col + n - 1) % cols + 1
+    }
+}
+
+/// Appends to `text` (a [`net_pen`]) what puts the cursor where [`skip_cut`] says a cut
+/// leaves it: CUP to that column of the bottom row; for a pending wrap (`col == cols`) CUP to
+/// the last column and a space printed there, on the bottom row, which the line feeds after
+/// the cut scroll away. The row matters even at column 0: a line feed after a pending wrap
+/// ends the wrap when it moves the cursor down, not when it scrolls.
+pub fn restore_cursor(text: &mut String, col: usize, cols: usize, rows: usize) {
+    use std::fmt::Write;
+    match col {
+        c if c < cols => {
+            let _ = write!(text, "\x1b[{rows};{}H", c + 1);
+        }
+        _ => {
+            let _ = write!(text, "\x1b[{rows};{cols}H ");
+        }
+    }
 }
 
 /// The SGRs (`CSI … m`) of a skipped stretch that still shape the pen after it: those from the
@@ -490,6 +620,97 @@ mod tests {
             let text = tokens.concat();
             proptest::prop_assert_eq!(net_pen(&text), net_pen_forward(&text));
         }
+    }
+
+    #[test]
+    fn the_column_after_printing_wraps_as_avt_does() {
+        // 10 columns; 10 means a wrap is pending.
+        assert_eq!(advance(0, 0, 10), 0);
+        assert_eq!(advance(0, 10, 10), 10);
+        assert_eq!(advance(10, 1, 10), 1);
+        assert_eq!(advance(0, 13, 10), 3);
+        assert_eq!(advance(3, 27, 10), 10);
+        assert_eq!(advance(7, 4, 10), 1);
+        for (a, b) in [(3, 9), (10, 10), (0, 25), (9, 1)] {
+            assert_eq!(advance(advance(4, a, 10), b, 10), advance(4, a + b, 10));
+        }
+    }
+
+    #[test]
+    fn a_bare_line_feed_is_cut_at_with_its_column() {
+        let start = RunStart {
+            col: 4,
+            row: 9,
+            cols: 10,
+            rows: 10,
+            newline: false,
+            autowrap: true,
+        };
+        // From column 4 on the bottom row: 13 printed (the SGRs take none) reach column 7,
+        // kept by the LF (which scrolls).
+        let text = b"abc\x1b[1mdefghij\x1b[mklm\n\n\n";
+        assert_eq!(skip_cut(text, 2, start), Some((text.len() - 2, 7)));
+        // A CR in between counts from column 0.
+        assert_eq!(skip_cut(b"abcd\rxy\n\n\n", 2, start), Some((8, 2)));
+        // After a CR LF, or in LNM, the column is 0.
+        assert_eq!(skip_cut(b"abcd\r\n\n\n", 2, start), Some((6, 0)));
+        let lnm = RunStart {
+            newline: true,
+            ..start
+        };
+        assert_eq!(skip_cut(b"abcd\n\n\n", 2, lnm), Some((5, 0)));
+        // Ten columns printed leave a wrap pending, which a scrolling LF keeps.
+        let left = RunStart { col: 0, ..start };
+        assert_eq!(skip_cut(b"0123456789\n\n\n", 2, left), Some((11, 10)));
+        // Above the bottom row, an LF ends a pending wrap; the cut must be on the bottom row.
+        let top = RunStart {
+            col: 0,
+            row: 7,
+            ..start
+        };
+        assert_eq!(skip_cut(b"0123456789\n\n\n\n\n", 2, top), Some((13, 9)));
+        let higher = RunStart { row: 6, ..top };
+        assert_eq!(skip_cut(b"0123456789\n\n\n\n", 2, higher), None);
+        // A CR LF cut too: too few line feeds before it to reach the bottom row.
+        assert_eq!(
+            skip_cut(b"a\r\nb\r\n\n", 2, RunStart { row: 6, ..start }),
+            None
+        );
+        assert_eq!(
+            skip_cut(b"a\r\nb\r\n\n", 2, RunStart { row: 8, ..start }),
+            Some((3, 0))
+        );
+        // Wrapping moves down too: 30 columns from row 7 reach row 9 with a wrap pending,
+        // which the line feeds then keep (they scroll).
+        let wrapping = [b'x'; 30]
+            .iter()
+            .chain(b"\n\n\n\n")
+            .copied()
+            .collect::<Vec<u8>>();
+        assert_eq!(skip_cut(&wrapping, 2, top), Some((32, 10)));
+        // Not counted: a tab, a non-ASCII character, no autowrap; an earlier CR LF is taken.
+        assert_eq!(skip_cut(b"a\r\nb\tc\n\n\n\n", 2, start), Some((3, 0)));
+        assert_eq!(skip_cut("é\n\n\n".as_bytes(), 2, start), None);
+        let no_wrap = RunStart {
+            autowrap: false,
+            ..start
+        };
+        assert_eq!(skip_cut(b"ab\n\n\n", 2, no_wrap), None);
+        // Too few line feeds after any of them.
+        assert_eq!(skip_cut(b"ab\n\n", 2, start), None);
+    }
+
+    #[test]
+    fn restoring_the_cursor_goes_to_the_bottom_row_or_leaves_a_wrap_pending() {
+        let mut t = String::from("\r");
+        restore_cursor(&mut t, 0, 10, 5);
+        assert_eq!(t, "\r\x1b[5;1H");
+        let mut t = String::new();
+        restore_cursor(&mut t, 6, 10, 5);
+        assert_eq!(t, "\x1b[5;7H");
+        let mut t = String::new();
+        restore_cursor(&mut t, 10, 10, 5);
+        assert_eq!(t, "\x1b[5;10H ");
     }
 
     #[test]
