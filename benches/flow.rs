@@ -2,7 +2,7 @@
 //! against a raw pty, echo latency, memory under a stalled flood and per idle terminal, a fast
 //! viewer beside a stalled one, fan-out (with and without a stalled viewer), CPU with many
 //! chatty terminals and with many paused ones, what the terminal model costs (throughput
-//! of escape-heavy output, snapshot time, idle memory), what the transcript store costs
+//! of escape-heavy output and of lines ending in bare LFs, snapshot time, idle memory), what the transcript store costs
 //! (throughput, CPU and disk bytes with persistence on and off) and how long a live upgrade
 //! stops the daemon. Results and how to read them: docs/performance.md.
 //!
@@ -480,11 +480,14 @@ fn make_tui(dir: &std::path::Path, mib: u64) -> std::path::PathBuf {
 async fn model() {
     let size = env_num("FLOW_BENCH_MODEL_MIB", 64);
     let dir = tempfile::tempdir().unwrap();
+    // (name, file, bare): with `bare`, the pty's LF → CR LF translation is off (`stty -onlcr`,
+    // as under `ahpty run` or in a raw-mode program), so lines end in a bare LF.
     let files = [
-        ("coloured", make_coloured(dir.path(), size)),
-        ("full-screen", make_tui(dir.path(), size)),
+        ("coloured", make_coloured(dir.path(), size), false),
+        ("full-screen", make_tui(dir.path(), size), false),
+        ("bare line feeds", make_file(dir.path(), size), true),
     ];
-    println!("\n## model: throughput of escape-heavy output ({size} MiB, default flags)\n");
+    println!("\n## model: throughput of escape-heavy output and of bare line feeds ({size} MiB, default flags)\n");
     println!("| run | output | raw pty MB/s | floor, one thread: MB/s (ratio; CPU ms per MB) | floor, pipelined | ahpty MB/s | ratio | daemon CPU ms per MB |");
     println!("|---|---|---|---|---|---|---|---|");
     let d = Daemon::start();
@@ -495,13 +498,19 @@ async fn model() {
     let t = terminal_sized(&mut c, "model", true, 120, 40).await;
     let mut medians = Medians::default();
     for round in 0..rounds() {
-        for (name, file) in &files {
+        for (name, file, bare) in &files {
             let path = file.to_str().unwrap();
-            let (raw_bytes, _, raw_t) = raw_pty_read(&["cat", path]);
+            let bare_cat = format!("stty -onlcr; exec cat {path}");
+            let argv: &[&str] = if *bare {
+                &["sh", "-c", &bare_cat]
+            } else {
+                &["cat", path]
+            };
+            let (raw_bytes, _, raw_t) = raw_pty_read(argv);
             let raw = mb_per_s(raw_bytes, raw_t);
             let mut floors = String::new();
             for pipelined in [false, true] {
-                let (b, el, cpu) = forward_floor(&["cat", path], pipelined).await;
+                let (b, el, cpu) = forward_floor(argv, pipelined).await;
                 let floor = mb_per_s(b, el);
                 floors += &format!(
                     " {floor:.1} ({:.2}; {:.2}) |",
@@ -515,8 +524,12 @@ async fn model() {
             let (u0, s0) = cpu_secs(d.pid());
             let t0 = Instant::now();
             let marker = format!("m-end-{round}{name}");
-            c.type_text(&t, &format!("cat {path}; echo {marker}-$((40+2))\r"))
-                .await;
+            let command = if *bare {
+                format!("stty -onlcr; cat {path}; stty onlcr; echo {marker}-$((40+2))\r")
+            } else {
+                format!("cat {path}; echo {marker}-$((40+2))\r")
+            };
+            c.type_text(&t, &command).await;
             c.wait_data(&t, &format!("{marker}-42"), Duration::from_secs(600))
                 .await;
             let el = t0.elapsed();
