@@ -687,6 +687,56 @@ mod tests {
         assert_skip_exact(20, 3, &format!("\x1b]2;\x00{}", plain_lines(10)));
     }
 
+    /// Lines of bare line feeds whose cursor column depends on autowrap, then empty ones (which
+    /// keep the column) and a character printed where the cursor is left.
+    fn bare_lines_after(prefix: &str) -> String {
+        format!(
+            "{prefix}{}{}tail",
+            "abcdefghijklmno\n".repeat(30),
+            "\n".repeat(10)
+        )
+    }
+
+    #[test]
+    fn skip_is_exact_autowrap_restored_by_a_cursor_restore() {
+        // DECRC, SCORC and ?1049l restore the autowrap DECSC saved; the mode tracker does not
+        // follow them, so it says autowrap is on where avt has it off.
+        for prefix in [
+            "\x1b[?7l\x1b7\x1b[?7h\x1b8",
+            "\x1b[?7l\x1b[s\x1b[?7h\x1b[u",
+            "\x1b[?7l\x1b[?1049h\x1b[?7h\x1b[?1049l",
+        ] {
+            assert_skip_exact(12, 5, &bare_lines_after(prefix));
+        }
+    }
+
+    #[test]
+    fn skip_is_exact_modes_the_tracker_reads_otherwise() {
+        // avt keeps a parameter in 16 bits (65556 is 20 to it) where vte saturates it, and
+        // reads up to 32 parameters where the tracker reads 16.
+        assert_skip_exact(12, 5, &bare_lines_after("\x1b[20h\x1b[65556l"));
+        assert_skip_exact(
+            12,
+            5,
+            &bare_lines_after(&format!("\x1b[?{}7l", "1;".repeat(16))),
+        );
+    }
+
+    #[test]
+    fn skip_is_exact_after_a_c1_control_in_an_earlier_feed() {
+        // A feed with a C1 control is fed in full, but the tracker (vte) never saw the C1 CSI
+        // that turned autowrap off; the next feed skips with the tracker's modes.
+        let lines = bare_lines_after("");
+        let mut skipping = model(12, 5);
+        skipping.feed("\u{9b}?7l");
+        skipping.feed(&lines);
+        let mut full = model(12, 5);
+        full.feed_exact("\u{9b}?7l");
+        full.feed_exact(&lines);
+        assert_eq!(skipping.vt.cursor(), full.vt.cursor());
+        assert_eq!(skipping.vt.dump(), full.vt.dump());
+    }
+
     #[test]
     fn frozen_models_thaw_exactly() {
         let mut m = model(30, 8);
