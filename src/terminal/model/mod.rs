@@ -191,27 +191,69 @@ impl Model {
         let start = skip::simple_suffix_start(text.as_bytes());
         self.feed_repainting(&text[..start]);
         let simple = &text[start..];
-        let modes = &self.tracker.modes;
-        if modes.margins.is_none() {
-            let cursor = self.vt.cursor();
-            let start = skip::RunStart {
-                col: cursor.col,
-                row: cursor.row,
-                cols: usize::from(self.cols),
-                rows: usize::from(self.rows),
-                newline: modes.newline,
-                autowrap: modes.autowrap,
-            };
-            let need = 2 * usize::from(self.rows);
-            if let Some((cut, col)) = skip::skip_cut(simple.as_bytes(), need, start) {
-                let mut skipped = skip::net_pen(&simple[..cut]);
-                skip::restore_cursor(&mut skipped, col, start.cols, start.rows);
-                self.feed_exact(&skipped);
+        if self.tracker.modes.margins.is_none() {
+            if let Some((cut, col, autowrap)) = self.simple_cut(simple.as_bytes()) {
+                let (cols, rows) = (usize::from(self.cols), usize::from(self.rows));
+                self.feed_exact(&skip::net_pen(&simple[..cut]));
+                let mut restore = String::new();
+                skip::restore_cursor(&mut restore, col, cols, rows, autowrap);
+                // CUP, a space and autowrap as it was: nothing the mode tracker follows.
+                self.vt.feed(restore.as_str());
                 self.feed_exact(&simple[cut..]);
                 return;
             }
         }
         self.feed_exact(simple);
+    }
+
+    /// Where to cut the simple run `b` about to be fed ([`skip::skip_cut`]), the cursor's
+    /// column there and whether autowrap is on. The column after a bare line feed depends on
+    /// autowrap and LNM, which avt can hold otherwise than the mode tracker says (a cursor
+    /// restore brings back the saved autowrap, avt keeps parameters in 16 bits, a C1 CSI in an
+    /// earlier feed): where the modes matter they are read off avt itself by a probe on the
+    /// bottom row, which a cut lets the line feeds after it scroll away (a cut is only taken
+    /// after enough line feeds to bring the cursor there, and twice the height follow it).
+    fn simple_cut(&mut self, b: &[u8]) -> Option<(usize, usize, bool)> {
+        let cursor = self.vt.cursor();
+        let (cols, rows) = (usize::from(self.cols), usize::from(self.rows));
+        let need = 2 * rows;
+        let cut = |autowrap, newline| {
+            let start = skip::RunStart {
+                col: cursor.col,
+                row: cursor.row,
+                cols,
+                rows,
+                newline,
+                autowrap,
+            };
+            skip::skip_cut(b, need, start)
+        };
+        // Whether a column can be counted does not depend on autowrap: with either, there is
+        // a cut (and one with LNM on too) or there is none.
+        let wrapping = cut(true, false)?;
+        let clipping = cut(false, false)?;
+        let lnm = cut(false, true)?;
+        if wrapping == clipping && clipping == lnm {
+            return Some((wrapping.0, wrapping.1, self.tracker.modes.autowrap));
+        }
+        // LNM is seen only at a line feed from a column other than 0: on one column, only
+        // after a pending wrap, which needs autowrap.
+        if cols == 1 && clipping != lnm {
+            return None;
+        }
+        self.vt.feed(format!("\x1b[{rows};{cols}H ").as_str());
+        let autowrap = self.vt.cursor().col == cols;
+        if cols > 1 {
+            self.vt.feed(format!("\x1b[{rows};2H").as_str());
+        }
+        self.vt.feed("\n");
+        let newline = self.vt.cursor().col == 0;
+        let (cut, col) = match (newline, autowrap) {
+            (true, _) => lnm,
+            (false, true) => wrapping,
+            (false, false) => clipping,
+        };
+        Some((cut, col, autowrap))
     }
 
     /// Feeds text, skipping the part of each repaint run that the run paints over (see
@@ -467,6 +509,80 @@ mod tests {
             full.feed_exact(&text);
             proptest::prop_assert_eq!(whole.vt.dump(), full.vt.dump());
             proptest::prop_assert_eq!(skipping.vt.dump(), full.vt.dump());
+        }
+    }
+
+    /// Simple output for small screens: bare line feeds most of all, lines up to twice a
+    /// width, and what the column count gives up on.
+    fn small_simple_piece() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        prop_oneof![
+            8 => Just("\n".to_string()),
+            1 => Just("\r\n".to_string()),
+            1 => Just("\r".to_string()),
+            4 => "[a-z]{0,3}",
+            3 => (1usize..12).prop_map(|n| "w".repeat(n)),
+            1 => prop::sample::select(vec![
+                "\t", "\x08", "é", "日本", "日", "x\u{301}", "a\u{200b}", "│",
+            ])
+            .prop_map(str::to_string),
+            1 => prop::sample::select(vec![
+                "\x1b[K", "\x1b[2K", "\x1b[1K", "\x1b[31m", "\x1b[m", "\x1b[44m",
+            ])
+            .prop_map(str::to_string),
+        ]
+    }
+
+    /// What comes before a simple run: cursor moves, modes set the ways avt reads them (some
+    /// the mode tracker does not follow), saved and restored cursors, both screens.
+    fn mode_piece() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        prop_oneof![
+            3 => (0u16..6, 0u16..7).prop_map(|(r, c)| format!("\x1b[{r};{c}H")),
+            3 => "[a-z]{0,7}",
+            1 => prop::sample::select(vec!["日本", "日", "é"]).prop_map(str::to_string),
+            4 => prop::sample::select(vec![
+                "\r\n", "\n", "\r", "\x08", "\t", "\x1b[2;3r", "\x1b[r", "\x1b[?6h", "\x1b[?6l",
+                "\x1b[4h", "\x1b[4l", "\x1b[?7l", "\x1b[?7h", "\x1b[?1049h", "\x1b[?1049l",
+                "\x1b[20h", "\x1b[20l", "\x1b[?25l", "\x1b[44m", "\x1b[m", "\x1b7", "\x1b8",
+                "\x1b[s", "\x1b[u", "\x1b[?1048h", "\x1b[?1048l", "\x1b[65543l", "\x1b[?65543l",
+                "\x1b[65556h", "\x1b[65556l", "\x1b[!p", "\x1bc", "\u{9b}?7l", "\u{9b}20h",
+                "\x1b[S", "\x1b[L", "\x1b(0", "\x1b(B", "\x1bM", "\x1bD", "\x1bE", "\x1b[5W",
+                "\x1b[3g", "\x1bH", "\x1b[2J", "\x1b[?47h", "\x1b[?47l",
+            ])
+            .prop_map(str::to_string),
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(600))]
+
+        /// Skipping ahead is exact on any screen size down to 1×1, whatever modes avt holds
+        /// (whether or not the mode tracker knows them), in one feed or two.
+        #[test]
+        fn skipping_is_exact_on_small_screens_in_any_mode(
+            cols in 1u16..6,
+            rows in 1u16..5,
+            before in proptest::collection::vec(mode_piece(), 0..10),
+            pieces in proptest::collection::vec(small_simple_piece(), 0..80),
+            split in 0usize..10_000,
+        ) {
+            let text = format!("{}{}", before.concat(), pieces.concat());
+            let mut at = split % (text.len() + 1);
+            while at < text.len() && text.as_bytes()[at] != 0x1b {
+                at += 1;
+            }
+            let mut skipping = model(cols, rows);
+            skipping.feed(&text[..at]);
+            skipping.feed(&text[at..]);
+            let mut whole = model(cols, rows);
+            whole.feed(&text);
+            let mut full = model(cols, rows);
+            full.feed_exact(&text);
+            proptest::prop_assert_eq!(whole.vt.cursor(), full.vt.cursor());
+            proptest::prop_assert_eq!(whole.vt.dump(), full.vt.dump());
+            proptest::prop_assert_eq!(skipping.vt.dump(), full.vt.dump());
+            proptest::prop_assert_eq!(skipping.modes(), full.modes());
         }
     }
 
