@@ -854,6 +854,14 @@ mod tests {
     }
 
     #[test]
+    fn skip_is_exact_combining_mark_after_a_skipped_sgr() {
+        // feed_exact composes `m` and U+0301 into `ḿ`, so avt never applies the SGR; the
+        // skipped stretch's net pen has it.
+        assert_skip_exact(12, 5, &format!("\x1b[31m\u{301}{}", plain_lines(30)));
+        assert_skip_exact(1, 1, "\x1b[31m\u{301}\r\n\n\n");
+    }
+
+    #[test]
     fn frozen_models_thaw_exactly() {
         let mut m = model(30, 8);
         m.feed("\x1b[?2004h\x1b[?1000h\x1b[?1006h\x1b]2;t\x07hello\r\nwide 日本\r\n");
