@@ -182,9 +182,10 @@ impl Model {
     /// and the emulation of the last screenful, and the state is exactly what a full feed
     /// gives.
     pub fn feed(&mut self, text: &str) {
-        if skip::has_c1_control(text.as_bytes()) {
+        if skip::has_c1_control(text.as_bytes()) || skip::has_mark_after_sequence(text) {
             // avt reads C1 controls (U+0080–U+009F: CSI as U+009B, …) as controls, which
-            // neither skip-ahead follows: no skipping in such a batch.
+            // neither skip-ahead follows, and a sequence a combining mark directly follows
+            // as the composed character makes it: no skipping in such a batch.
             self.feed_exact(text);
             return;
         }
@@ -523,7 +524,7 @@ mod tests {
             4 => "[a-z]{0,3}",
             3 => (1usize..12).prop_map(|n| "w".repeat(n)),
             1 => prop::sample::select(vec![
-                "\t", "\x08", "é", "日本", "日", "x\u{301}", "a\u{200b}", "│",
+                "\t", "\x08", "é", "日本", "日", "x\u{301}", "\u{301}", "a\u{200b}", "│",
             ])
             .prop_map(str::to_string),
             1 => prop::sample::select(vec![

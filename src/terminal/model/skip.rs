@@ -115,6 +115,23 @@ pub fn has_c1_control(b: &[u8]) -> bool {
     memchr::memchr_iter(0xc2, b).any(|i| b.get(i + 1).is_some_and(|c| (0x80..=0x9f).contains(c)))
 }
 
+/// Whether a zero-width character directly follows an escape sequence in `text`. The model
+/// composes or keeps out such characters before avt reads them ([`super::Model::feed`]),
+/// which can change the sequence's final byte (`m` and U+0301 compose to `ḿ`): avt then reads
+/// another sequence than the bytes the skip-ahead scans show.
+pub fn has_mark_after_sequence(text: &str) -> bool {
+    let b = text.as_bytes();
+    memchr::memchr_iter(0x1b, b).any(|e| {
+        let end = token_end(b, e);
+        // Every zero-width character the model handles is U+0300 or above (`CC 80` on).
+        b.get(end).is_some_and(|&c| c >= 0xcc)
+            && text
+                .get(end..)
+                .and_then(|t| t.chars().next())
+                .is_some_and(super::is_zero_width)
+    })
+}
+
 /// A byte a simple run may hold outside its SGR and EL sequences.
 fn is_simple_byte(c: u8) -> bool {
     (c >= 0x20 && c != 0x7f) || matches!(c, b'\r' | b'\n' | b'\t' | 0x08)
