@@ -863,6 +863,22 @@ mod tests {
     }
 
     #[test]
+    fn skip_is_exact_scroll_regions_the_tracker_misses() {
+        // avt keeps a parameter in 16 bits (65541 is 5 to it) where vte saturates it, so the
+        // tracker ignores a region avt sets; a line above the region stays on the screen.
+        assert_skip_exact(20, 5, &format!("\x1b[2;65541rtop{}", plain_lines(30)));
+        // A C1 CSI sets a region in an earlier feed (fed in full), which vte never sees.
+        let lines = format!("top{}", plain_lines(30));
+        let mut skipping = model(20, 5);
+        skipping.feed("\u{9b}2;5r");
+        skipping.feed(&lines);
+        let mut full = model(20, 5);
+        full.feed_exact("\u{9b}2;5r");
+        full.feed_exact(&lines);
+        assert_eq!(skipping.vt.dump(), full.vt.dump());
+    }
+
+    #[test]
     fn frozen_models_thaw_exactly() {
         let mut m = model(30, 8);
         m.feed("\x1b[?2004h\x1b[?1000h\x1b[?1006h\x1b]2;t\x07hello\r\nwide 日本\r\n");
