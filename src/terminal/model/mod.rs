@@ -192,7 +192,7 @@ impl Model {
         let start = skip::simple_suffix_start(text.as_bytes());
         self.feed_repainting(&text[..start]);
         let simple = &text[start..];
-        if self.tracker.modes.margins.is_none() {
+        if self.region_is_full(simple.as_bytes()) {
             if let Some((cut, col, autowrap)) = self.simple_cut(simple.as_bytes()) {
                 let (cols, rows) = (usize::from(self.cols), usize::from(self.rows));
                 self.feed_exact(&skip::net_pen(&simple[..cut]));
@@ -205,6 +205,16 @@ impl Model {
             }
         }
         self.feed_exact(simple);
+    }
+
+    /// Whether the scroll region is the whole screen, where a cut in the simple run `b` may be
+    /// taken (it has twice the height of line feeds): the mode tracker's word, then avt's own
+    /// (its dump), as avt can hold a region the tracker missed (it keeps parameters in 16
+    /// bits; a C1 CSI in an earlier feed).
+    fn region_is_full(&self, b: &[u8]) -> bool {
+        self.tracker.modes.margins.is_none()
+            && memchr::memchr_iter(b'\n', b).count() >= 2 * usize::from(self.rows)
+            && !skip::dump_sets_margins(&self.vt.dump())
     }
 
     /// Where to cut the simple run `b` about to be fed ([`skip::skip_cut`]), the cursor's
@@ -548,6 +558,7 @@ mod tests {
                 "\x1b[20h", "\x1b[20l", "\x1b[?25l", "\x1b[44m", "\x1b[m", "\x1b7", "\x1b8",
                 "\x1b[s", "\x1b[u", "\x1b[?1048h", "\x1b[?1048l", "\x1b[65543l", "\x1b[?65543l",
                 "\x1b[65556h", "\x1b[65556l", "\x1b[!p", "\x1bc", "\u{9b}?7l", "\u{9b}20h",
+                "\x1b[2;65539r", "\u{9b}2;3r", "\x1b[2;3\u{200b}r",
                 "\x1b[S", "\x1b[L", "\x1b(0", "\x1b(B", "\x1bM", "\x1bD", "\x1bE", "\x1b[5W",
                 "\x1b[3g", "\x1bH", "\x1b[2J", "\x1b[?47h", "\x1b[?47l",
             ])
@@ -876,6 +887,17 @@ mod tests {
         full.feed_exact("\u{9b}2;5r");
         full.feed_exact(&lines);
         assert_eq!(skipping.vt.dump(), full.vt.dump());
+    }
+
+    #[test]
+    fn avt_dumps_a_scroll_region_only_when_it_is_not_the_whole_screen() {
+        // The shape avt 0.19.0 dumps in (the skip-ahead reads it).
+        let mut m = model(20, 5);
+        m.feed_exact("\x1b[1;5r\x1b[?1049h\x1b[1;1Hx\x1b7\x1b[2;2H\x1b]0;a\x07\x1b[3g");
+        assert!(!skip::dump_sets_margins(&m.vt.dump()));
+        m.feed_exact("\x1b[2;4r");
+        assert!(m.vt.dump().contains("\x1b[2;4r"));
+        assert!(skip::dump_sets_margins(&m.vt.dump()));
     }
 
     #[test]

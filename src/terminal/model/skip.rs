@@ -132,6 +132,20 @@ pub fn has_mark_after_sequence(text: &str) -> bool {
     })
 }
 
+/// Whether avt's dump `d` sets a scroll region (`CSI top ; bottom r`): it does for one that is
+/// not the whole screen, and its text holds no ESC.
+pub fn dump_sets_margins(d: &str) -> bool {
+    let b = d.as_bytes();
+    memchr::memchr_iter(0x1b, b).any(|e| {
+        let end = token_end(b, e);
+        b.get(e + 1) == Some(&b'[')
+            && b[end - 1] == b'r'
+            && b[e + 2..end - 1]
+                .iter()
+                .all(|&c| c.is_ascii_digit() || c == b';')
+    })
+}
+
 /// A byte a simple run may hold outside its SGR and EL sequences.
 fn is_simple_byte(c: u8) -> bool {
     (c >= 0x20 && c != 0x7f) || matches!(c, b'\r' | b'\n' | b'\t' | 0x08)
