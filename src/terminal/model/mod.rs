@@ -552,6 +552,13 @@ mod tests {
             3 => (0u16..6, 0u16..7).prop_map(|(r, c)| format!("\x1b[{r};{c}H")),
             3 => "[a-z]{0,7}",
             1 => prop::sample::select(vec!["日本", "日", "é"]).prop_map(str::to_string),
+            // Modes avt holds otherwise than the mode tracker says.
+            2 => prop::sample::select(vec![
+                "\x1b[?7l\x1b7\x1b[?7h\x1b8", "\x1b7\x1b[?7l\x1b8", "\x1b[?7l\x1b[s\x1b[?7h\x1b[u",
+                "\x1b[20h\x1b[65556l", "\x1b[65556h", "\x1b[?65543l", "\x1b[?7h\u{9b}?7l",
+                "\x1b[20h\u{9b}20l",
+            ])
+            .prop_map(str::to_string),
             4 => prop::sample::select(vec![
                 "\r\n", "\n", "\r", "\x08", "\t", "\x1b[2;3r", "\x1b[r", "\x1b[?6h", "\x1b[?6l",
                 "\x1b[4h", "\x1b[4l", "\x1b[?7l", "\x1b[?7h", "\x1b[?1049h", "\x1b[?1049l",
