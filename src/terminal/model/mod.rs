@@ -182,36 +182,89 @@ impl Model {
     /// and the emulation of the last screenful, and the state is exactly what a full feed
     /// gives.
     pub fn feed(&mut self, text: &str) {
-        if skip::has_c1_control(text.as_bytes()) {
+        if skip::has_c1_control(text.as_bytes()) || skip::has_mark_after_sequence(text) {
             // avt reads C1 controls (U+0080–U+009F: CSI as U+009B, …) as controls, which
-            // neither skip-ahead follows: no skipping in such a batch.
+            // neither skip-ahead follows, and a sequence a combining mark directly follows
+            // as the composed character makes it: no skipping in such a batch.
             self.feed_exact(text);
             return;
         }
         let start = skip::simple_suffix_start(text.as_bytes());
         self.feed_repainting(&text[..start]);
         let simple = &text[start..];
-        let modes = &self.tracker.modes;
-        if modes.margins.is_none() {
-            let cursor = self.vt.cursor();
-            let start = skip::RunStart {
-                col: cursor.col,
-                row: cursor.row,
-                cols: usize::from(self.cols),
-                rows: usize::from(self.rows),
-                newline: modes.newline,
-                autowrap: modes.autowrap,
-            };
-            let need = 2 * usize::from(self.rows);
-            if let Some((cut, col)) = skip::skip_cut(simple.as_bytes(), need, start) {
-                let mut skipped = skip::net_pen(&simple[..cut]);
-                skip::restore_cursor(&mut skipped, col, start.cols, start.rows);
-                self.feed_exact(&skipped);
+        if self.region_is_full(simple.as_bytes()) {
+            if let Some((cut, col, autowrap)) = self.simple_cut(simple.as_bytes()) {
+                let (cols, rows) = (usize::from(self.cols), usize::from(self.rows));
+                self.feed_exact(&skip::net_pen(&simple[..cut]));
+                let mut restore = String::new();
+                skip::restore_cursor(&mut restore, col, cols, rows, autowrap);
+                // CUP, a space and autowrap as it was: nothing the mode tracker follows.
+                self.vt.feed(restore.as_str());
                 self.feed_exact(&simple[cut..]);
                 return;
             }
         }
         self.feed_exact(simple);
+    }
+
+    /// Whether the scroll region is the whole screen, where a cut in the simple run `b` may be
+    /// taken (it has twice the height of line feeds): the mode tracker's word, then avt's own
+    /// (its dump), as avt can hold a region the tracker missed (it keeps parameters in 16
+    /// bits; a C1 CSI in an earlier feed).
+    fn region_is_full(&self, b: &[u8]) -> bool {
+        self.tracker.modes.margins.is_none()
+            && memchr::memchr_iter(b'\n', b).count() >= 2 * usize::from(self.rows)
+            && !skip::dump_sets_margins(&self.vt.dump())
+    }
+
+    /// Where to cut the simple run `b` about to be fed ([`skip::skip_cut`]), the cursor's
+    /// column there and whether autowrap is on. The column after a bare line feed depends on
+    /// autowrap and LNM, which avt can hold otherwise than the mode tracker says (a cursor
+    /// restore brings back the saved autowrap, avt keeps parameters in 16 bits, a C1 CSI in an
+    /// earlier feed): where the modes matter they are read off avt itself by a probe on the
+    /// bottom row, which a cut lets the line feeds after it scroll away (a cut is only taken
+    /// after enough line feeds to bring the cursor there, and twice the height follow it).
+    fn simple_cut(&mut self, b: &[u8]) -> Option<(usize, usize, bool)> {
+        let cursor = self.vt.cursor();
+        let (cols, rows) = (usize::from(self.cols), usize::from(self.rows));
+        let need = 2 * rows;
+        let cut = |autowrap, newline| {
+            let start = skip::RunStart {
+                col: cursor.col,
+                row: cursor.row,
+                cols,
+                rows,
+                newline,
+                autowrap,
+            };
+            skip::skip_cut(b, need, start)
+        };
+        // Whether a column can be counted does not depend on autowrap: with either, there is
+        // a cut (and one with LNM on too) or there is none.
+        let wrapping = cut(true, false)?;
+        let clipping = cut(false, false)?;
+        let lnm = cut(false, true)?;
+        if wrapping == clipping && clipping == lnm {
+            return Some((wrapping.0, wrapping.1, self.tracker.modes.autowrap));
+        }
+        // LNM is seen only at a line feed from a column other than 0: on one column, only
+        // after a pending wrap, which needs autowrap.
+        if cols == 1 && clipping != lnm {
+            return None;
+        }
+        self.vt.feed(format!("\x1b[{rows};{cols}H ").as_str());
+        let autowrap = self.vt.cursor().col == cols;
+        if cols > 1 {
+            self.vt.feed(format!("\x1b[{rows};2H").as_str());
+        }
+        self.vt.feed("\n");
+        let newline = self.vt.cursor().col == 0;
+        let (cut, col) = match (newline, autowrap) {
+            (true, _) => lnm,
+            (false, true) => wrapping,
+            (false, false) => clipping,
+        };
+        Some((cut, col, autowrap))
     }
 
     /// Feeds text, skipping the part of each repaint run that the run paints over (see
@@ -470,6 +523,88 @@ mod tests {
         }
     }
 
+    /// Simple output for small screens: bare line feeds most of all, lines up to twice a
+    /// width, and what the column count gives up on.
+    fn small_simple_piece() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        prop_oneof![
+            8 => Just("\n".to_string()),
+            1 => Just("\r\n".to_string()),
+            1 => Just("\r".to_string()),
+            4 => "[a-z]{0,3}",
+            3 => (1usize..12).prop_map(|n| "w".repeat(n)),
+            1 => prop::sample::select(vec![
+                "\t", "\x08", "é", "日本", "日", "x\u{301}", "\u{301}", "a\u{200b}", "│",
+            ])
+            .prop_map(str::to_string),
+            1 => prop::sample::select(vec![
+                "\x1b[K", "\x1b[2K", "\x1b[1K", "\x1b[31m", "\x1b[m", "\x1b[44m",
+            ])
+            .prop_map(str::to_string),
+        ]
+    }
+
+    /// What comes before a simple run: cursor moves, modes set the ways avt reads them (some
+    /// the mode tracker does not follow), saved and restored cursors, both screens.
+    fn mode_piece() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        prop_oneof![
+            3 => (0u16..6, 0u16..7).prop_map(|(r, c)| format!("\x1b[{r};{c}H")),
+            3 => "[a-z]{0,7}",
+            1 => prop::sample::select(vec!["日本", "日", "é"]).prop_map(str::to_string),
+            // Modes avt holds otherwise than the mode tracker says.
+            2 => prop::sample::select(vec![
+                "\x1b[?7l\x1b7\x1b[?7h\x1b8", "\x1b7\x1b[?7l\x1b8", "\x1b[?7l\x1b[s\x1b[?7h\x1b[u",
+                "\x1b[20h\x1b[65556l", "\x1b[65556h", "\x1b[?65543l", "\x1b[?7h\u{9b}?7l",
+                "\x1b[20h\u{9b}20l",
+            ])
+            .prop_map(str::to_string),
+            4 => prop::sample::select(vec![
+                "\r\n", "\n", "\r", "\x08", "\t", "\x1b[2;3r", "\x1b[r", "\x1b[?6h", "\x1b[?6l",
+                "\x1b[4h", "\x1b[4l", "\x1b[?7l", "\x1b[?7h", "\x1b[?1049h", "\x1b[?1049l",
+                "\x1b[20h", "\x1b[20l", "\x1b[?25l", "\x1b[44m", "\x1b[m", "\x1b7", "\x1b8",
+                "\x1b[s", "\x1b[u", "\x1b[?1048h", "\x1b[?1048l", "\x1b[65543l", "\x1b[?65543l",
+                "\x1b[65556h", "\x1b[65556l", "\x1b[!p", "\x1bc", "\u{9b}?7l", "\u{9b}20h",
+                "\x1b[2;65539r", "\u{9b}2;3r", "\x1b[2;3\u{200b}r",
+                "\x1b[S", "\x1b[L", "\x1b(0", "\x1b(B", "\x1bM", "\x1bD", "\x1bE", "\x1b[5W",
+                "\x1b[3g", "\x1bH", "\x1b[2J", "\x1b[?47h", "\x1b[?47l",
+            ])
+            .prop_map(str::to_string),
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(600))]
+
+        /// Skipping ahead is exact on any screen size down to 1×1, whatever modes avt holds
+        /// (whether or not the mode tracker knows them), in one feed or two.
+        #[test]
+        fn skipping_is_exact_on_small_screens_in_any_mode(
+            cols in 1u16..6,
+            rows in 1u16..5,
+            before in proptest::collection::vec(mode_piece(), 0..10),
+            pieces in proptest::collection::vec(small_simple_piece(), 0..80),
+            split in 0usize..10_000,
+        ) {
+            let text = format!("{}{}", before.concat(), pieces.concat());
+            let mut at = split % (text.len() + 1);
+            while at < text.len() && text.as_bytes()[at] != 0x1b {
+                at += 1;
+            }
+            let mut skipping = model(cols, rows);
+            skipping.feed(&text[..at]);
+            skipping.feed(&text[at..]);
+            let mut whole = model(cols, rows);
+            whole.feed(&text);
+            let mut full = model(cols, rows);
+            full.feed_exact(&text);
+            proptest::prop_assert_eq!(whole.vt.cursor(), full.vt.cursor());
+            proptest::prop_assert_eq!(whole.vt.dump(), full.vt.dump());
+            proptest::prop_assert_eq!(skipping.vt.dump(), full.vt.dump());
+            proptest::prop_assert_eq!(skipping.modes(), full.modes());
+        }
+    }
+
     fn piece() -> impl proptest::strategy::Strategy<Value = String> {
         use proptest::prelude::*;
         prop_oneof![
@@ -685,6 +820,91 @@ mod tests {
         // The simple run starts inside the OSC (after the NUL): the skipped lines are missing
         // from the OSC avt holds (its dump carries the parser state).
         assert_skip_exact(20, 3, &format!("\x1b]2;\x00{}", plain_lines(10)));
+    }
+
+    /// Lines of bare line feeds whose cursor column depends on autowrap, then empty ones (which
+    /// keep the column) and a character printed where the cursor is left.
+    fn bare_lines_after(prefix: &str) -> String {
+        format!(
+            "{prefix}{}{}tail",
+            "abcdefghijklmno\n".repeat(30),
+            "\n".repeat(10)
+        )
+    }
+
+    #[test]
+    fn skip_is_exact_autowrap_restored_by_a_cursor_restore() {
+        // DECRC, SCORC and ?1049l restore the autowrap DECSC saved; the mode tracker does not
+        // follow them, so it says autowrap is on where avt has it off.
+        for prefix in [
+            "\x1b[?7l\x1b7\x1b[?7h\x1b8",
+            "\x1b[?7l\x1b[s\x1b[?7h\x1b[u",
+            "\x1b[?7l\x1b[?1049h\x1b[?7h\x1b[?1049l",
+        ] {
+            assert_skip_exact(12, 5, &bare_lines_after(prefix));
+        }
+    }
+
+    #[test]
+    fn skip_is_exact_modes_the_tracker_reads_otherwise() {
+        // avt keeps a parameter in 16 bits (65556 is 20 to it) where vte saturates it, and
+        // reads up to 32 parameters where the tracker reads 16.
+        assert_skip_exact(12, 5, &bare_lines_after("\x1b[20h\x1b[65556l"));
+        assert_skip_exact(
+            12,
+            5,
+            &bare_lines_after(&format!("\x1b[?{}7l", "1;".repeat(16))),
+        );
+    }
+
+    #[test]
+    fn skip_is_exact_after_a_c1_control_in_an_earlier_feed() {
+        // A feed with a C1 control is fed in full, but the tracker (vte) never saw the C1 CSI
+        // that turned autowrap off; the next feed skips with the tracker's modes.
+        let lines = bare_lines_after("");
+        let mut skipping = model(12, 5);
+        skipping.feed("\u{9b}?7l");
+        skipping.feed(&lines);
+        let mut full = model(12, 5);
+        full.feed_exact("\u{9b}?7l");
+        full.feed_exact(&lines);
+        assert_eq!(skipping.vt.cursor(), full.vt.cursor());
+        assert_eq!(skipping.vt.dump(), full.vt.dump());
+    }
+
+    #[test]
+    fn skip_is_exact_combining_mark_after_a_skipped_sgr() {
+        // feed_exact composes `m` and U+0301 into `ḿ`, so avt never applies the SGR; the
+        // skipped stretch's net pen has it.
+        assert_skip_exact(12, 5, &format!("\x1b[31m\u{301}{}", plain_lines(30)));
+        assert_skip_exact(1, 1, "\x1b[31m\u{301}\r\n\n\n");
+    }
+
+    #[test]
+    fn skip_is_exact_scroll_regions_the_tracker_misses() {
+        // avt keeps a parameter in 16 bits (65541 is 5 to it) where vte saturates it, so the
+        // tracker ignores a region avt sets; a line above the region stays on the screen.
+        assert_skip_exact(20, 5, &format!("\x1b[2;65541rtop{}", plain_lines(30)));
+        // A C1 CSI sets a region in an earlier feed (fed in full), which vte never sees.
+        let lines = format!("top{}", plain_lines(30));
+        let mut skipping = model(20, 5);
+        skipping.feed("\u{9b}2;5r");
+        skipping.feed(&lines);
+        let mut full = model(20, 5);
+        full.feed_exact("\u{9b}2;5r");
+        full.feed_exact(&lines);
+        assert_eq!(skipping.vt.dump(), full.vt.dump());
+    }
+
+    #[test]
+    fn avt_dumps_a_scroll_region_only_when_it_is_not_the_whole_screen() {
+        // The shape avt 0.19.0 dumps in (the skip-ahead reads it).
+        let mut m = model(20, 5);
+        m.feed_exact("\x1b[1;5r\x1b[?1049h\x1b[1;1Hx\x1b7\x1b[2;2H\x1b]0;a\x07\x1b[3g");
+        assert!(!skip::dump_sets_margins(&m.vt.dump()));
+        m.feed_exact("\x1b[2;4r");
+        assert!(m.vt.dump().contains("\x1b[2;4r"));
+        assert!(skip::dump_sets_margins(&m.vt.dump()));
     }
 
     #[test]

@@ -115,6 +115,37 @@ pub fn has_c1_control(b: &[u8]) -> bool {
     memchr::memchr_iter(0xc2, b).any(|i| b.get(i + 1).is_some_and(|c| (0x80..=0x9f).contains(c)))
 }
 
+/// Whether a zero-width character directly follows an escape sequence in `text`. The model
+/// composes or keeps out such characters before avt reads them ([`super::Model::feed`]),
+/// which can change the sequence's final byte (`m` and U+0301 compose to `ḿ`): avt then reads
+/// another sequence than the bytes the skip-ahead scans show.
+pub fn has_mark_after_sequence(text: &str) -> bool {
+    let b = text.as_bytes();
+    memchr::memchr_iter(0x1b, b).any(|e| {
+        let end = token_end(b, e);
+        // Every zero-width character the model handles is U+0300 or above (`CC 80` on).
+        b.get(end).is_some_and(|&c| c >= 0xcc)
+            && text
+                .get(end..)
+                .and_then(|t| t.chars().next())
+                .is_some_and(super::is_zero_width)
+    })
+}
+
+/// Whether avt's dump `d` sets a scroll region (`CSI top ; bottom r`): it does for one that is
+/// not the whole screen, and its text holds no ESC.
+pub fn dump_sets_margins(d: &str) -> bool {
+    let b = d.as_bytes();
+    memchr::memchr_iter(0x1b, b).any(|e| {
+        let end = token_end(b, e);
+        b.get(e + 1) == Some(&b'[')
+            && b[end - 1] == b'r'
+            && b[e + 2..end - 1]
+                .iter()
+                .all(|&c| c.is_ascii_digit() || c == b';')
+    })
+}
+
 /// A byte a simple run may hold outside its SGR and EL sequences.
 fn is_simple_byte(c: u8) -> bool {
     (c >= 0x20 && c != 0x7f) || matches!(c, b'\r' | b'\n' | b'\t' | 0x08)
@@ -211,7 +242,7 @@ pub struct RunStart {
     pub rows: usize,
     /// LNM (`CSI 20 h`): a line feed also returns the carriage.
     pub newline: bool,
-    /// DECAWM (`CSI ? 7 h`): printing in the last column wraps (the column count assumes it).
+    /// DECAWM (`CSI ? 7 h`): printing in the last column wraps.
     pub autowrap: bool,
 }
 
@@ -256,13 +287,15 @@ pub fn skip_cut(b: &[u8], need: usize, start: RunStart) -> Option<(usize, usize)
 /// The cursor's column at `b[k]` (right after a bare LF) in a simple run that starts at
 /// `start`, when it can be counted and the cursor is on the bottom row there. Counted: every
 /// character printed since the run's last CR before `k` is one column of ASCII (no HT, BS,
-/// or wider or narrower character) and printing wraps; SGR and EL move nothing. Each printed
-/// character first wraps a pending line (moving down a row), then takes a column; a line feed
-/// keeps the column when it scrolls and, when it moves down, ends a pending wrap (the column
-/// becomes the last one), as avt does. Costs a pass over the line feeds since that CR.
+/// or wider or narrower character); SGR and EL move nothing. With autowrap each printed
+/// character first wraps a pending line (moving down a row), then takes a column; without,
+/// printing stops in the last column. A line feed keeps the column when it scrolls and, when
+/// it moves down, ends a pending wrap (the column becomes the last one), as avt does. Whether
+/// the column can be counted does not depend on `start.autowrap`. Costs a pass over the line
+/// feeds since that CR.
 fn column_at(b: &[u8], k: usize, start: RunStart) -> Option<usize> {
     let (cols, bottom) = (start.cols, start.rows.checked_sub(1)?);
-    if !start.autowrap || cols == 0 {
+    if cols == 0 {
         return None;
     }
     let (from, mut col, mut row) = match memchr::memrchr(b'\r', &b[..k]) {
@@ -284,10 +317,16 @@ fn column_at(b: &[u8], k: usize, start: RunStart) -> Option<usize> {
     let mut at = 0;
     for lf in memchr::memchr_iter(b'\n', stretch) {
         let n = printed(&stretch[at..lf]);
-        if n > 0 && col + n > cols {
-            row = (row + (col + n - 1) / cols).min(bottom);
+        if !start.autowrap {
+            if n > 0 {
+                col = (col + n).min(cols - 1);
+            }
+        } else {
+            if n > 0 && col + n > cols {
+                row = (row + (col + n - 1) / cols).min(bottom);
+            }
+            col = advance(col, n, cols);
         }
-        col = advance(col, n, cols);
         if row < bottom {
             row += 1;
             col = col.min(cols - 1);
@@ -321,19 +360,23 @@ fn advance(col: usize, n: usize, cols: usize) -> usize {
     }
 }
 
-/// Appends to `text` (a [`net_pen`]) what puts the cursor where [`skip_cut`] says a cut
-/// leaves it: CUP to that column of the bottom row; for a pending wrap (`col == cols`) CUP to
-/// the last column and a space printed there, on the bottom row, which the line feeds after
-/// the cut scroll away. The row matters even at column 0: a line feed after a pending wrap
-/// ends the wrap when it moves the cursor down, not when it scrolls.
-pub fn restore_cursor(text: &mut String, col: usize, cols: usize, rows: usize) {
+/// Appends to `text` what puts the cursor where [`skip_cut`] says a cut leaves it: CUP to
+/// that column of the bottom row; for a pending wrap (`col == cols`) CUP to the last column
+/// and a space printed there, on the bottom row, which the line feeds after the cut scroll
+/// away (with autowrap turned on for the space when `autowrap` is off, and off again). The
+/// row matters even at column 0: a line feed after a pending wrap ends the wrap when it moves
+/// the cursor down, not when it scrolls.
+pub fn restore_cursor(text: &mut String, col: usize, cols: usize, rows: usize, autowrap: bool) {
     use std::fmt::Write;
     match col {
         c if c < cols => {
             let _ = write!(text, "\x1b[{rows};{}H", c + 1);
         }
-        _ => {
+        _ if autowrap => {
             let _ = write!(text, "\x1b[{rows};{cols}H ");
+        }
+        _ => {
+            let _ = write!(text, "\x1b[{rows};{cols}H\x1b[?7h \x1b[?7l");
         }
     }
 }
@@ -688,14 +731,19 @@ mod tests {
             .copied()
             .collect::<Vec<u8>>();
         assert_eq!(skip_cut(&wrapping, 2, top), Some((32, 10)));
-        // Not counted: a tab, a non-ASCII character, no autowrap; an earlier CR LF is taken.
+        // Not counted: a tab, a non-ASCII character; an earlier CR LF is taken.
         assert_eq!(skip_cut(b"a\r\nb\tc\n\n\n\n", 2, start), Some((3, 0)));
         assert_eq!(skip_cut("é\n\n\n".as_bytes(), 2, start), None);
+        // Without autowrap, printing stops in the last column.
         let no_wrap = RunStart {
             autowrap: false,
             ..start
         };
-        assert_eq!(skip_cut(b"ab\n\n\n", 2, no_wrap), None);
+        assert_eq!(skip_cut(b"ab\n\n\n", 2, no_wrap), Some((3, 6)));
+        assert_eq!(skip_cut(b"abcdefgh\n\n\n", 2, no_wrap), Some((9, 9)));
+        let pending = RunStart { col: 10, ..no_wrap };
+        assert_eq!(skip_cut(b"\n\n\n", 2, pending), Some((1, 10)));
+        assert_eq!(skip_cut(b"x\n\n\n", 2, pending), Some((2, 9)));
         // Too few line feeds after any of them.
         assert_eq!(skip_cut(b"ab\n\n", 2, start), None);
     }
@@ -703,14 +751,17 @@ mod tests {
     #[test]
     fn restoring_the_cursor_goes_to_the_bottom_row_or_leaves_a_wrap_pending() {
         let mut t = String::from("\r");
-        restore_cursor(&mut t, 0, 10, 5);
+        restore_cursor(&mut t, 0, 10, 5, true);
         assert_eq!(t, "\r\x1b[5;1H");
         let mut t = String::new();
-        restore_cursor(&mut t, 6, 10, 5);
+        restore_cursor(&mut t, 6, 10, 5, true);
         assert_eq!(t, "\x1b[5;7H");
         let mut t = String::new();
-        restore_cursor(&mut t, 10, 10, 5);
+        restore_cursor(&mut t, 10, 10, 5, true);
         assert_eq!(t, "\x1b[5;10H ");
+        let mut t = String::new();
+        restore_cursor(&mut t, 10, 10, 5, false);
+        assert_eq!(t, "\x1b[5;10H\x1b[?7h \x1b[?7l");
     }
 
     #[test]
