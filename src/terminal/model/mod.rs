@@ -477,6 +477,34 @@ mod tests {
         assert_eq!(skipping.vt.dump(), full.vt.dump());
     }
 
+    /// A model of `cols` × `rows` fed `text` with skipping, in one feed and in two split at a
+    /// sequence boundary (before an ESC, where the host may end a batch) near `split`, ends in
+    /// the state of a full feed: the same cursor, dump and modes.
+    fn skipping_matches_a_full_feed(
+        cols: u16,
+        rows: u16,
+        text: &str,
+        split: usize,
+    ) -> Result<(), proptest::test_runner::TestCaseError> {
+        let mut at = split % (text.len() + 1);
+        while at < text.len() && text.as_bytes()[at] != 0x1b {
+            at += 1;
+        }
+        let mut full = model(cols, rows);
+        full.feed_exact(text);
+        let mut whole = model(cols, rows);
+        whole.feed(text);
+        let mut split = model(cols, rows);
+        split.feed(&text[..at]);
+        split.feed(&text[at..]);
+        for skipping in [&whole, &split] {
+            proptest::prop_assert_eq!(skipping.vt.cursor(), full.vt.cursor());
+            proptest::prop_assert_eq!(skipping.vt.dump(), full.vt.dump());
+            proptest::prop_assert_eq!(skipping.modes(), full.modes());
+        }
+        Ok(())
+    }
+
     /// Simple output (no cursor addressing, no scroll region) with bare line feeds, lines of
     /// every length around the screen's width, and what the column count gives up on.
     fn simple_piece() -> impl proptest::strategy::Strategy<Value = String> {
@@ -507,19 +535,7 @@ mod tests {
             split in 0usize..10_000,
         ) {
             let text = format!("{}{mode}{}", before.concat(), pieces.concat());
-            let mut at = split % (text.len() + 1);
-            while at < text.len() && text.as_bytes()[at] != 0x1b {
-                at += 1;
-            }
-            let mut skipping = model(12, 5);
-            skipping.feed(&text[..at]);
-            skipping.feed(&text[at..]);
-            let mut whole = model(12, 5);
-            whole.feed(&text);
-            let mut full = model(12, 5);
-            full.feed_exact(&text);
-            proptest::prop_assert_eq!(whole.vt.dump(), full.vt.dump());
-            proptest::prop_assert_eq!(skipping.vt.dump(), full.vt.dump());
+            skipping_matches_a_full_feed(12, 5, &text, split)?;
         }
     }
 
@@ -587,21 +603,7 @@ mod tests {
             split in 0usize..10_000,
         ) {
             let text = format!("{}{}", before.concat(), pieces.concat());
-            let mut at = split % (text.len() + 1);
-            while at < text.len() && text.as_bytes()[at] != 0x1b {
-                at += 1;
-            }
-            let mut skipping = model(cols, rows);
-            skipping.feed(&text[..at]);
-            skipping.feed(&text[at..]);
-            let mut whole = model(cols, rows);
-            whole.feed(&text);
-            let mut full = model(cols, rows);
-            full.feed_exact(&text);
-            proptest::prop_assert_eq!(whole.vt.cursor(), full.vt.cursor());
-            proptest::prop_assert_eq!(whole.vt.dump(), full.vt.dump());
-            proptest::prop_assert_eq!(skipping.vt.dump(), full.vt.dump());
-            proptest::prop_assert_eq!(skipping.modes(), full.modes());
+            skipping_matches_a_full_feed(cols, rows, &text, split)?;
         }
     }
 
@@ -654,21 +656,7 @@ mod tests {
                 }
                 text.push_str(&frames.concat());
             }
-            let mut skipping = model(12, 5);
-            // Split where the host may end a batch: on a sequence boundary (before an ESC).
-            let mut split_at = split % (text.len() + 1);
-            while split_at < text.len() && text.as_bytes()[split_at] != 0x1b {
-                split_at += 1;
-            }
-            skipping.feed(&text[..split_at]);
-            skipping.feed(&text[split_at..]);
-            let mut whole = model(12, 5);
-            whole.feed(&text);
-            let mut full = model(12, 5);
-            full.feed_exact(&text);
-            proptest::prop_assert_eq!(whole.vt.dump(), full.vt.dump());
-            proptest::prop_assert_eq!(skipping.vt.dump(), full.vt.dump());
-            proptest::prop_assert_eq!(skipping.modes(), full.modes());
+            skipping_matches_a_full_feed(12, 5, &text, split)?;
         }
     }
 
