@@ -6,8 +6,9 @@
 //! output (the `value` of unclassified parts and the `output` of command parts, never a
 //! `commandLine`) since the terminal started. The model lags behind the live stream: its
 //! state is kept (frozen, a few KiB) at `base_at`, which a per-terminal worker moves to where
-//! the content a snapshot retains begins, once that is [`ADVANCE_BYTES`] ahead. Text trimmed
-//! off the content before the model has reached it is kept here until it has.
+//! the content a snapshot retains begins, once that is [`ADVANCE_BYTES`] ahead (and at most
+//! once per [`ADVANCE_INTERVAL`]). Text trimmed off the content before the model has reached
+//! it is kept here until it has.
 //!
 //! A snapshot is then: one unclassified part, the *synthesized prefix* — a preamble that
 //! resets the client's emulator, the model's state at `base_at`, then the text from `base_at`
@@ -41,12 +42,21 @@ use crate::terminal::Pty;
 
 /// The model moves up once the content a snapshot retains starts this many bytes past it, or
 /// a quarter of `--scrollback-bytes` if that is less (so a snapshot carries at most that much
-/// more raw text than `--scrollback-bytes`, while the model keeps up).
+/// more raw text than `--scrollback-bytes`, plus what the terminal printed in the last
+/// [`ADVANCE_INTERVAL`], while the model keeps up).
 pub const ADVANCE_BYTES: u64 = 64 * 1024;
 
 fn advance_bytes(cap: usize) -> u64 {
     (cap as u64 / 4).clamp(1, ADVANCE_BYTES)
 }
+
+/// Least time between two advances of a terminal's model, so that a terminal that floods
+/// makes at most about 100 jobs a second, each over all the output since the last, instead of
+/// one per [`ADVANCE_BYTES`] (each job also emulates the last screenful and freezes the
+/// state, whatever its length). A cursor report is answered without waiting for it. While a
+/// terminal floods, a snapshot therefore carries, besides `--scrollback-bytes`, up to
+/// [`ADVANCE_BYTES`] plus what the terminal printed in this time.
+pub const ADVANCE_INTERVAL: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// Text trimmed off the content that the model has not reached, above which the terminal's
 /// output waits for the model (bytes).
@@ -436,23 +446,43 @@ impl Screen {
         out
     }
 
-    /// Takes the next job, if there is one (under the lock).
-    fn job(&mut self, state: &TerminalState, cap: usize) -> Option<Job> {
-        let cursor = match self.replies.front() {
+    /// The waiting cursor report that is first in line, if any: its offset and whether it is
+    /// the extended form (`CSI ? 6 n`).
+    fn cursor_query(&self) -> Option<(u64, bool)> {
+        match self.replies.front() {
             Some((at, Reply::CursorPosition { extended })) => Some((*at, *extended)),
             _ => None,
-        };
+        }
+    }
+
+    /// Where the base is due to move (`cap` is `--scrollback-bytes`): to where the retained
+    /// content begins (never past a cursor report still to answer), once that is
+    /// [`advance_bytes`] ahead or text the model has not reached was trimmed off or a resize
+    /// lies before it.
+    fn advance_target(&self, state: &TerminalState, cap: usize) -> Option<u64> {
         let (parts, cut) = scrollback::retained_start(state, cap);
         let mut target = self.offset_of(state, parts, cut).max(self.head);
-        if let Some((q, _)) = cursor {
+        if let Some((q, _)) = self.cursor_query() {
             // Never past a query still to answer: its starting point must stay behind it.
             target = target.min(q);
         }
-        let advance = (target > self.base_at
+        (target > self.base_at
             && (target - self.base_at >= advance_bytes(cap)
                 || !self.pending.is_empty()
                 || self.resizes.front().is_some_and(|r| r.at <= target)))
-        .then_some(target);
+        .then_some(target)
+    }
+
+    /// Takes the next job, if there is one (under the lock). `may_advance`: false within
+    /// [`ADVANCE_INTERVAL`] of the last advance; the base then moves only with a job that a
+    /// cursor report makes anyway, or once the text waiting for the model reaches half of
+    /// [`MAX_PENDING_BYTES`]. A repaint still makes a job of its own.
+    fn job(&mut self, state: &TerminalState, cap: usize, may_advance: bool) -> Option<Job> {
+        let cursor = self.cursor_query();
+        let urgent = cursor.is_some() || self.pending_bytes >= MAX_PENDING_BYTES / 2;
+        let advance = self
+            .advance_target(state, cap)
+            .filter(|_| may_advance || urgent);
         let repaint = match (self.resizes.back(), &self.repaint) {
             (Some(r), None) if r.at > advance.unwrap_or(self.base_at) => Some(r.at),
             _ => None,
@@ -679,33 +709,46 @@ pub(super) async fn run(host: Arc<Host>, uri: String, serial: u64, wake: Arc<Not
     // When a kept model goes: `KEEP_LIVE` after the job that left it (wake-ups without a job,
     // such as every line of output once the content is due for a trim, do not extend it).
     let mut keep_until = tokio::time::Instant::now();
+    // No advance before this (see [`ADVANCE_INTERVAL`]).
+    let mut next_advance = tokio::time::Instant::now();
     loop {
         // The permit first, so a job's copy of the text is made only when it can run.
         let Ok(permit) = host.model_jobs.acquire().await else {
             return;
         };
-        let job = {
+        let may_advance = tokio::time::Instant::now() >= next_advance;
+        let (job, deferred) = {
             let mut inner = host.lock();
             let cap = inner.scrollback_bytes;
             let Some(t) = inner.terminals.get_mut(&uri).filter(|t| t.serial == serial) else {
                 return;
             };
-            t.screen.job(&t.state, cap)
+            match t.screen.job(&t.state, cap, may_advance) {
+                Some(job) => (Some(job), false),
+                None => (None, t.screen.advance_target(&t.state, cap).is_some()),
+            }
         };
         let Some(job) = job else {
             drop(permit);
-            if live.is_some() {
-                if tokio::time::timeout_at(keep_until, wake.notified())
-                    .await
-                    .is_ok()
-                {
-                    continue;
+            // Until the held-back advance is due, the kept model is to go, or a wake-up.
+            let until = if deferred {
+                Some(next_advance)
+            } else {
+                live.is_some().then_some(keep_until)
+            };
+            match until {
+                Some(at) => {
+                    if tokio::time::timeout_at(at, wake.notified()).await.is_err() && !deferred {
+                        live = None;
+                    }
                 }
-                live = None;
+                None => wake.notified().await,
             }
-            wake.notified().await;
             continue;
         };
+        if job.advance.is_some() {
+            next_advance = tokio::time::Instant::now() + ADVANCE_INTERVAL;
+        }
         let kept = live.take();
         let Ok((done, next)) = tokio::task::spawn_blocking(move || compute(job, kept)).await else {
             return;
@@ -871,7 +914,7 @@ mod tests {
 
         /// Runs the model task's jobs until it has nothing to do.
         fn settle(&mut self) {
-            while let Some(job) = self.screen.job(&self.state, CAP) {
+            while let Some(job) = self.screen.job(&self.state, CAP, true) {
                 let (from, to) = (job.start_at as usize, job.advance.map(|a| a as usize));
                 // The model is fed exactly the stream's bytes, trimmed or not.
                 if let Some(to) = to {
@@ -960,6 +1003,45 @@ mod tests {
         let mut full = Model::thaw(&Frozen::fresh(40, 10));
         full.feed(&t.stream[..t.screen.base_at as usize]);
         assert_eq!(full.freeze().client(), t.screen.base.client());
+    }
+
+    #[test]
+    fn within_the_advance_interval_only_a_cursor_report_or_a_long_backlog_moves_the_model() {
+        let mut t = Term::new();
+        for i in 0..200 {
+            t.output(None, &format!("line {i}\r\n"));
+        }
+        // An advance is due, but held back.
+        assert!(t.screen.advance_target(&t.state, CAP).is_some());
+        assert!(t.screen.job(&t.state, CAP, false).is_none());
+        // A cursor report makes a job at once, and the base moves with it (up to the query).
+        let q = t.stream.len() as u64;
+        t.screen
+            .queries(vec![(q, Reply::CursorPosition { extended: false })], None);
+        t.output(None, &"x".repeat(3 * CAP));
+        let job = t
+            .screen
+            .job(&t.state, CAP, false)
+            .expect("a job for the report");
+        assert_eq!((job.cursor, job.advance), (Some((q, false)), Some(q)));
+        let (done, _) = compute(job, None);
+        t.screen.publish(done, None);
+        assert_eq!(t.screen.base_at, q);
+        assert!(t.screen.replies.is_empty());
+        // Past the query, held back again until the text waiting for the model is long.
+        assert!(t.screen.job(&t.state, CAP, false).is_none());
+        while t.screen.pending_bytes < MAX_PENDING_BYTES / 2 {
+            t.output(None, &"y\r\n".repeat(64 * 1024));
+        }
+        let job = t
+            .screen
+            .job(&t.state, CAP, false)
+            .expect("a job for the backlog");
+        assert!(job.advance.is_some() && job.cursor.is_none());
+        // After the interval, any due advance makes a job.
+        t.output(None, &"z".repeat(CAP));
+        t.settle();
+        assert!(t.screen.pending.is_empty());
     }
 
     #[test]
