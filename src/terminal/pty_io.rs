@@ -7,10 +7,10 @@
 //! that runtime's one `epoll_wait` together with every other terminal's, and the output of many
 //! terminals costs one wake-up of that thread instead of one wake-up of a thread per terminal
 //! (docs/performance.md, "Scale"). The writer tasks run with the host's tasks and wait for room
-//! through the same registration. A stop — the terminal is killed,
-//! disposed, or suspended for a live upgrade — ends both tasks even while the pty stays
-//! readable: a process that left the session may hold the pty and keep writing, and the
-//! tasks must let go of it so that it can be closed. A suspension is told apart from a kill
+//! through the same registration. A stop — the terminal is killed, disposed, or suspended for
+//! a live upgrade — ends both tasks even while the pty stays readable: a process that left the
+//! session may hold the pty and keep writing, and the tasks must let go of it so that it can
+//! be closed. A suspension is told apart from a kill
 //! ([`PtyIo::is_suspending`]): the reader then hands over what its pipeline holds back and the
 //! writer what it did not write.
 //!
@@ -43,10 +43,11 @@ thread_local! {
 /// which no other worker may steal: the pump, and the socket writer the pump wakes, waited for
 /// the reader to yield, so reading, encoding and sending took turns on one thread. Woken from
 /// this thread, the pump is queued where an idle worker of the host's runtime takes it at once,
-/// and the pty goes on being read meanwhile (docs/performance.md, "Throughput and CPU per MB").
-/// One thread: a flooding pty's `read` spends most of its time waiting for the kernel's tty
-/// worker, and a second thread would be woken by every edge of the pty's readiness without
-/// work to do; two floods at once share it (docs/performance.md has the figures).
+/// and the pty goes on being read meanwhile (docs/performance.md, "The ptys' own runtime
+/// thread"). One thread: a flooding pty's `read` spends most of its time waiting for the
+/// kernel's tty worker, and a second thread would be woken by every edge of the pty's
+/// readiness without work to do; two floods at once share it (the same section has the
+/// figures, and what a second wake-up per line costs chatty terminals).
 pub(crate) fn pty_runtime() -> Option<&'static tokio::runtime::Handle> {
     static RUNTIME: std::sync::OnceLock<Option<tokio::runtime::Runtime>> =
         std::sync::OnceLock::new();
@@ -79,14 +80,16 @@ pub(crate) struct PtyIo {
 
 impl PtyIo {
     /// Makes `master` non-blocking and registers it with the [`pty_runtime`] (or, if that
-    /// could not be started, with the current tokio runtime). Errors: neither runtime is there,
-    /// or the descriptor cannot be registered.
+    /// could not be started, with the current tokio runtime). Errors: no runtime is current on
+    /// this thread (or the one it is a blocking thread of), or the descriptor cannot be
+    /// registered.
     pub(crate) fn new(master: PtyMaster) -> io::Result<Arc<PtyIo>> {
         master.set_nonblocking()?;
-        let _pty_runtime = pty_runtime().map(|rt| rt.enter());
-        // `AsyncFd::register` would panic outside a runtime.
+        // The caller's runtime runs the writer task (and the reader, without a pty runtime);
+        // `tokio::spawn` and `AsyncFd::register` would panic outside one.
         tokio::runtime::Handle::try_current()
             .map_err(|_| io::Error::other("no async runtime to serve the pty from"))?;
+        let _pty_runtime = pty_runtime().map(|rt| rt.enter());
         // SAFETY: `PtyMaster` owns its descriptor, which stays open and unchanged until the
         // `AsyncFd` (its only owner) is dropped.
         let fd = unsafe { AsyncFd::register(master) }.map_err(|e| e.into_parts().1)?;

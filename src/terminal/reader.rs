@@ -4,8 +4,8 @@
 //! that runtime's epoll when the pty has output ([`PtyReader`], `pty_io.rs`): 256 terminals
 //! that each print a line are served by that one thread, not by 256 threads that each wake,
 //! read and wake the host in turn, and the pump a flooding reader wakes runs on a worker of
-//! the host's runtime while the pty goes on being read. Each read goes through the pipeline (UTF-8 assembly,
-//! shell-integration marks, terminal queries) into the hand-off
+//! the host's runtime while the pty goes on being read. Each read goes through the pipeline
+//! (UTF-8 assembly, shell-integration marks, terminal queries) into the hand-off
 //! ([`channel`](super::output::channel)); when the hand-off is full the task waits for room
 //! and reads nothing meanwhile, so the program blocks in `write` as on a real terminal.
 //!
