@@ -196,12 +196,7 @@ fn run(
                 let _ = waiter_tx.blocking_send(TerminalEvent::Exited(code));
             })?;
     }
-    // On the pty runtime, with the pty's registration (see `pty_io::pty_runtime`).
-    let task = reader::run(reader, pipeline, tx, eof);
-    match pty_io::pty_runtime() {
-        Some(rt) => drop(rt.spawn(task)),
-        None => drop(tokio::spawn(task)),
-    }
+    tokio::spawn(reader::run(reader, pipeline, tx, eof));
     Ok((Arc::new(process), rx))
 }
 

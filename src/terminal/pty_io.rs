@@ -2,15 +2,13 @@
 //! registered with tokio's reactor (`AsyncFd`, epoll), shared by the terminal's reader task
 //! ([`PtyReader`], see `reader.rs`) and its writer task ([`write_input`]), and their stop signal.
 //!
-//! No thread per pty: every pty is registered with the *pty runtime* ([`pty_runtime`]), one
-//! thread of its own on which all reader tasks run, so a task that waits for output sleeps in
-//! that runtime's one `epoll_wait` together with every other terminal's, and the output of many
-//! terminals costs one wake-up of that thread instead of one wake-up of a thread per terminal
-//! (docs/performance.md, "Scale"). The writer tasks run with the host's tasks and wait for room
-//! through the same registration. A stop — the terminal is killed, disposed, or suspended for
-//! a live upgrade — ends both tasks even while the pty stays readable: a process that left the
-//! session may hold the pty and keep writing, and the tasks must let go of it so that it can
-//! be closed. A suspension is told apart from a kill
+//! No thread waits on a pty: a task that waits for output, or for room to write input, sleeps
+//! in the runtime's one `epoll_wait` together with every other terminal and socket, so the
+//! output of many terminals costs one wake-up of a worker thread instead of one wake-up of a
+//! thread per terminal (docs/performance.md, "Scale"). A stop — the terminal is killed,
+//! disposed, or suspended for a live upgrade — ends both tasks even while the pty stays
+//! readable: a process that left the session may hold the pty and keep writing, and the
+//! tasks must let go of it so that it can be closed. A suspension is told apart from a kill
 //! ([`PtyIo::is_suspending`]): the reader then hands over what its pipeline holds back and the
 //! writer what it did not write.
 //!
@@ -33,43 +31,6 @@ thread_local! {
     static READ_BUFFER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// The runtime every pty is registered with and every reader task runs on: one worker thread
-/// of its own (`ahpty-pty`), started with the first terminal, apart from the runtime that runs
-/// the host's tasks (pumps, model tasks, connections, pty writers). `None` if that thread
-/// cannot be started: the current runtime then serves the ptys (said once in the log).
-///
-/// Why apart. A reader whose pty floods goes on reading for a budget of reads at a time, and a
-/// task it wakes from a worker of its own runtime (its pump) goes to that worker's LIFO slot,
-/// which no other worker may steal: the pump, and the socket writer the pump wakes, waited for
-/// the reader to yield, so reading, encoding and sending took turns on one thread. Woken from
-/// this thread, the pump is queued where an idle worker of the host's runtime takes it at once,
-/// and the pty goes on being read meanwhile (docs/performance.md, "The ptys' own runtime
-/// thread"). One thread: a flooding pty's `read` spends most of its time waiting for the
-/// kernel's tty worker, and a second thread would be woken by every edge of the pty's
-/// readiness without work to do; two floods at once share it (the same section has the
-/// figures, and what a second wake-up per line costs chatty terminals).
-pub(crate) fn pty_runtime() -> Option<&'static tokio::runtime::Handle> {
-    static RUNTIME: std::sync::OnceLock<Option<tokio::runtime::Runtime>> =
-        std::sync::OnceLock::new();
-    RUNTIME
-        .get_or_init(|| {
-            let built = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
-                .thread_name("ahpty-pty")
-                .enable_all()
-                .build();
-            built
-                .inspect_err(|e| {
-                    tracing::warn!(
-                        "cannot start the pty thread ({e}): ptys are read by the host's workers"
-                    );
-                })
-                .ok()
-        })
-        .as_ref()
-        .map(|rt| rt.handle())
-}
-
 /// The pty master registered with the runtime, and the stop signal of the tasks using it.
 pub(crate) struct PtyIo {
     fd: AsyncFd<PtyMaster>,
@@ -79,17 +40,14 @@ pub(crate) struct PtyIo {
 }
 
 impl PtyIo {
-    /// Makes `master` non-blocking and registers it with the [`pty_runtime`] (or, if that
-    /// could not be started, with the current tokio runtime). Errors: no runtime is current on
-    /// this thread (or the one it is a blocking thread of), or the descriptor cannot be
-    /// registered.
+    /// Makes `master` non-blocking and registers it with the current tokio runtime.
+    /// Errors: no runtime is running on this thread (or the one it is a blocking thread of),
+    /// or the descriptor cannot be registered.
     pub(crate) fn new(master: PtyMaster) -> io::Result<Arc<PtyIo>> {
         master.set_nonblocking()?;
-        // The caller's runtime runs the writer task (and the reader, without a pty runtime);
-        // `tokio::spawn` and `AsyncFd::register` would panic outside one.
+        // `AsyncFd::register` would panic outside a runtime.
         tokio::runtime::Handle::try_current()
             .map_err(|_| io::Error::other("no async runtime to serve the pty from"))?;
-        let _pty_runtime = pty_runtime().map(|rt| rt.enter());
         // SAFETY: `PtyMaster` owns its descriptor, which stays open and unchanged until the
         // `AsyncFd` (its only owner) is dropped.
         let fd = unsafe { AsyncFd::register(master) }.map_err(|e| e.into_parts().1)?;

@@ -1,11 +1,10 @@
 //! A terminal's reader task: pty output → [`OutputPipeline`] → the terminal's event hand-off.
 //!
-//! One task per terminal on the pty runtime (one thread, see `pty_io::pty_runtime`), woken by
-//! that runtime's epoll when the pty has output ([`PtyReader`], `pty_io.rs`): 256 terminals
-//! that each print a line are served by that one thread, not by 256 threads that each wake,
-//! read and wake the host in turn, and the pump a flooding reader wakes runs on a worker of
-//! the host's runtime while the pty goes on being read. Each read goes through the pipeline
-//! (UTF-8 assembly, shell-integration marks, terminal queries) into the hand-off
+//! One task per terminal in the async runtime, woken by the runtime's epoll when the pty has
+//! output ([`PtyReader`], `pty_io.rs`): 256 terminals that each print a line are served by the
+//! worker threads the runtime already has, not by 256 threads that each wake, read and wake
+//! the runtime in turn. Each read goes through the pipeline (UTF-8 assembly,
+//! shell-integration marks, terminal queries) into the hand-off
 //! ([`channel`](super::output::channel)); when the hand-off is full the task waits for room
 //! and reads nothing meanwhile, so the program blocks in `write` as on a real terminal.
 //!
@@ -99,7 +98,7 @@ async fn read_until_end(
             Some(Err(_)) | None => return End::Gone,
         }
         // A terminal that never runs dry (and a hand-off that always has room) must still let
-        // the other terminals' readers run now and then.
+        // the worker's other tasks run now and then.
         tokio::task::consume_budget().await;
     }
 }
