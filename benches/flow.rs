@@ -674,33 +674,22 @@ async fn latency() {
     // Let cat start: its first keystroke echo proves the line discipline is in cooked mode.
     c.type_text(&t, "#").await;
     c.wait_data(&t, "#", Duration::from_secs(10)).await;
-    let mut samples = Vec::with_capacity(N);
-    for i in 0..N + 50 {
-        let ch = (b'a' + (i % 26) as u8) as char;
-        let before = c.data_len.get(&t).copied().unwrap_or(0);
-        let t0 = Instant::now();
-        c.type_text(&t, &ch.to_string()).await;
-        c.wait_until("echo", Duration::from_secs(5), |c| {
-            c.data_len.get(&t).copied().unwrap_or(0) > before
-        })
-        .await;
-        let el = t0.elapsed();
-        if i >= 50 {
-            samples.push(el); // the first 50 warm up
-        }
-        if i % 60 == 59 {
-            // Keep the line short (canonical mode holds at most 4095 characters).
-            c.type_text(&t, "\u{15}").await; // ^U: kill the line
-            c.drain_for(Duration::from_millis(5)).await;
-        }
-    }
-    samples.sort();
+    let alone = echoes(&mut c, &t, N).await;
+    // Another terminal floods, unwatched (its creator unsubscribes): its output is still read,
+    // kept and fed to its model, beside the keystrokes being measured.
+    let (mut f, _) = Raw::connect_init_with(&d.url(), Opts::lean(), "flood", &[]).await;
+    let ft = terminal(&mut f, "lat-flood", false).await;
+    f.type_text(&ft, "yes\r").await;
+    f.wait_data(&ft, "y\r\ny\r\n", Duration::from_secs(10)).await;
+    f.unsubscribe(&ft).await;
+    let beside = echoes(&mut c, &t, N).await;
     // The same round trip on a bare pty: write one byte, read its echo.
     let raw = raw_pty_echo(N);
     println!("| path | p50 | p90 | p99 | max |");
     println!("|---|---|---|---|---|");
     for (name, s) in [
-        ("ahpty (WebSocket → pty → WebSocket)", &samples),
+        ("ahpty (WebSocket → pty → WebSocket)", &alone),
+        ("… while another terminal floods (`yes`, unwatched)", &beside),
         ("bare pty (write → echo read)", &raw),
     ] {
         println!(
@@ -711,6 +700,33 @@ async fn latency() {
             us(*s.last().unwrap())
         );
     }
+    f.type_text(&ft, "\u{3}").await;
+}
+
+/// `n` keystroke round trips into the `cat` running in `t` (after 50 that warm up), sorted.
+async fn echoes(c: &mut Raw, t: &str, n: usize) -> Vec<Duration> {
+    let mut samples = Vec::with_capacity(n);
+    for i in 0..n + 50 {
+        let ch = (b'a' + (i % 26) as u8) as char;
+        let before = c.data_len.get(t).copied().unwrap_or(0);
+        let t0 = Instant::now();
+        c.type_text(t, &ch.to_string()).await;
+        c.wait_until("echo", Duration::from_secs(5), |c| {
+            c.data_len.get(t).copied().unwrap_or(0) > before
+        })
+        .await;
+        let el = t0.elapsed();
+        if i >= 50 {
+            samples.push(el); // the first 50 warm up
+        }
+        if i % 60 == 59 {
+            // Keep the line short (canonical mode holds at most 4095 characters).
+            c.type_text(t, "\u{15}").await; // ^U: kill the line
+            c.drain_for(Duration::from_millis(5)).await;
+        }
+    }
+    samples.sort();
+    samples
 }
 
 fn raw_pty_echo(n: usize) -> Vec<Duration> {
