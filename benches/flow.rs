@@ -680,7 +680,8 @@ async fn latency() {
     let (mut f, _) = Raw::connect_init_with(&d.url(), Opts::lean(), "flood", &[]).await;
     let ft = terminal(&mut f, "lat-flood", false).await;
     f.type_text(&ft, "yes\r").await;
-    f.wait_data(&ft, "y\r\ny\r\n", Duration::from_secs(10)).await;
+    f.wait_data(&ft, "y\r\ny\r\n", Duration::from_secs(10))
+        .await;
     f.unsubscribe(&ft).await;
     let beside = echoes(&mut c, &t, N).await;
     // The same round trip on a bare pty: write one byte, read its echo.
@@ -689,7 +690,10 @@ async fn latency() {
     println!("|---|---|---|---|---|");
     for (name, s) in [
         ("ahpty (WebSocket → pty → WebSocket)", &alone),
-        ("… while another terminal floods (`yes`, unwatched)", &beside),
+        (
+            "… while another terminal floods (`yes`, unwatched)",
+            &beside,
+        ),
         ("bare pty (write → echo read)", &raw),
     ] {
         println!(
