@@ -1030,9 +1030,17 @@ mod tests {
         assert!(t.screen.replies.is_empty());
         // Past the query, held back again until the text waiting for the model is long.
         assert!(t.screen.job(&t.state, CAP, false).is_none());
-        while t.screen.pending_bytes < MAX_PENDING_BYTES / 2 {
+        for _ in 0..64 {
+            if t.screen.pending_bytes >= MAX_PENDING_BYTES / 2 {
+                break;
+            }
             t.output(None, &"y\r\n".repeat(64 * 1024));
         }
+        assert!(
+            t.screen.pending_bytes >= MAX_PENDING_BYTES / 2,
+            "12 MiB of output trimmed left {} bytes for the model",
+            t.screen.pending_bytes
+        );
         let job = t
             .screen
             .job(&t.state, CAP, false)
