@@ -130,7 +130,8 @@ struct ConnEntry {
     /// counting, checking and dropping its subscriptions never scans every terminal.
     subscriptions: HashSet<String>,
     /// `Some` while an answer to this connection is being encoded outside the lock (see
-    /// [`Host::answer`]): envelopes for it wait here, in order, and follow the answer.
+    /// [`Host::answer`]): envelopes for it wait here, in order, and follow the answer. They
+    /// count as queued in its outbox ([`Outbox::hold`]), so flow control sees them.
     held: Option<Vec<Frame>>,
 }
 
@@ -138,7 +139,10 @@ impl ConnEntry {
     /// Queues a message for the socket, behind an answer being encoded if there is one.
     fn deliver(&mut self, text: Frame) {
         match &mut self.held {
-            Some(held) => held.push(text),
+            Some(held) => {
+                self.outbox.hold(text.len());
+                held.push(text);
+            }
             None => self.outbox.send(text),
         }
     }
@@ -323,7 +327,7 @@ impl Host {
         if let Some(c) = inner.connections.get_mut(&conn) {
             c.outbox.send(text);
             for t in c.held.take().unwrap_or_default() {
-                c.outbox.send(t);
+                c.outbox.send_held(t);
             }
         }
     }

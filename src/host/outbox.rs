@@ -166,6 +166,34 @@ impl Outbox {
             shared.queued.fetch_sub(len, Ordering::AcqRel);
             return;
         }
+        self.queued_now(queued);
+    }
+
+    /// Counts `len` bytes of a message the host holds back behind an answer it is encoding
+    /// outside its lock (`Host::answer`) as queued, so that flow control sees them as it sees
+    /// the queue: a terminal flooding a connection whose `subscribe` or `reconnect` answer is
+    /// being encoded is paused at the high watermark like any other, instead of piling up
+    /// envelopes behind the answer. [`Outbox::send_held`] queues the message once the answer
+    /// is out.
+    pub fn hold(&self, len: usize) {
+        let queued = self.watch.shared.queued.fetch_add(len, Ordering::AcqRel) + len;
+        self.queued_now(queued);
+    }
+
+    /// Queues a message that [`Outbox::hold`] counted.
+    pub fn send_held(&self, text: impl Into<Frame>) {
+        let text = text.into();
+        self.watch
+            .shared
+            .queued
+            .fetch_sub(text.len(), Ordering::AcqRel);
+        self.send(text);
+    }
+
+    /// Starts a congestion episode if `queued` (the count just after adding to it) passed the
+    /// high watermark, and flags a lagging connection over its lag limit.
+    fn queued_now(&self, queued: usize) {
+        let shared = &*self.watch.shared;
         if queued > HIGH_WATERMARK_BYTES && !shared.congested.load(Ordering::Acquire) {
             let mut flow = shared.flow.lock();
             if flow.congested_since.is_none()
@@ -482,6 +510,37 @@ mod tests {
         assert_eq!(outbox.queued_bytes(), 10);
         assert!(!outbox.is_congested());
         assert!(outbox.watch().with_flow(|f| f.congested_since.is_none()));
+    }
+
+    #[tokio::test]
+    async fn messages_held_behind_an_answer_count_as_queued() {
+        let (outbox, mut rx) = outbox();
+        // Envelopes held back while an answer is encoded congest the connection as queued ones
+        // do, before anything reached the outbox itself.
+        let held = "h".repeat(HIGH_WATERMARK_BYTES);
+        outbox.hold(held.len());
+        outbox.hold(1);
+        assert_eq!(outbox.queued_bytes(), HIGH_WATERMARK_BYTES + 1);
+        assert!(outbox.is_congested());
+        // The answer, then the held messages: each counted once.
+        outbox.send("answer");
+        outbox.send_held(held);
+        outbox.send_held("z");
+        assert_eq!(
+            outbox.queued_bytes(),
+            HIGH_WATERMARK_BYTES + 1 + "answer".len()
+        );
+        let mut order = Vec::new();
+        for _ in 0..3 {
+            let Some(Outgoing::Text(t)) = rx.recv().await else {
+                panic!()
+            };
+            rx.written(t.len());
+            order.push(t.len());
+        }
+        assert_eq!(order, ["answer".len(), HIGH_WATERMARK_BYTES, 1]);
+        assert_eq!(outbox.queued_bytes(), 0);
+        assert!(!outbox.is_congested());
     }
 
     #[tokio::test]
