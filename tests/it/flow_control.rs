@@ -199,14 +199,35 @@ measured!(
             c.data_len.get(&t).copied().unwrap_or(0) > 64 * 1024
         })
         .await;
-        h.type_text(&t, "\u{3}").await;
-        s2.wait_action(
-            &t,
-            "terminal/commandFinished",
-            Duration::from_secs(10),
-            |e| e["action"]["exitCode"] == 130,
-        )
-        .await;
+        // Input is refused while the resumed client's queue (the replay first) is over the hard
+        // limit: Ctrl-C is sent again, as the rejection says to, until the command finishes.
+        let interrupted = |c: &Raw| {
+            c.find_action(&t, "terminal/commandFinished", |e| {
+                e["action"]["exitCode"] == 130
+            })
+            .is_some()
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut seq = h.type_text(&t, "\u{3}").await;
+        let mut sent = Instant::now();
+        while !interrupted(&s2) {
+            assert!(
+                Instant::now() < deadline,
+                "Ctrl-C did not end `yes` within 20 s"
+            );
+            s2.drain_for(Duration::from_millis(200)).await;
+            h.drain_for(Duration::from_millis(20)).await;
+            let refused = h.received.iter().any(|v| {
+                v["params"]["origin"]["clientSeq"] == seq
+                    && v["params"]["rejectionReason"]
+                        .as_str()
+                        .is_some_and(|r| r.starts_with("input refused"))
+            });
+            if refused || sent.elapsed() > Duration::from_secs(3) {
+                seq = h.type_text(&t, "\u{3}").await;
+                sent = Instant::now();
+            }
+        }
         let final_rss = rss_bytes(pid);
         assert!(
             final_rss < RSS_BOUND,
@@ -214,8 +235,10 @@ measured!(
             mib(final_rss)
         );
         eprintln!(
-            "only subscriber stalled: closed after {closed_after:?}, max daemon RSS {:.1} MiB",
-            mib(max_rss)
+            "only subscriber stalled: closed after {closed_after:?}, max daemon RSS {:.1} MiB, \
+             {:.1} MiB after the resumed flood",
+            mib(max_rss),
+            mib(final_rss)
         );
     }
 );
