@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
-use tokio::sync::mpsc::error::{SendError, TryRecvError};
+use tokio::sync::mpsc::error::{SendError, TryRecvError, TrySendError};
 use tokio::sync::Notify;
 
 use super::model::query;
@@ -29,7 +29,7 @@ use super::{OutputItem, TerminalEvent};
 use crate::config::ReportColors;
 
 /// Output bytes that may wait in the hand-off before the reader task stops reading the pty.
-pub const PENDING_OUTPUT_BYTES: usize = 128 * 1024;
+pub const PENDING_OUTPUT_BYTES: usize = 512 * 1024;
 
 /// Per-terminal output state, kept across reads.
 pub struct OutputPipeline {
@@ -256,6 +256,18 @@ impl EventSender {
             }
             room.await;
         }
+    }
+
+    /// Queues an event if there is room, without waiting: `Full` (the event handed back) while
+    /// the hand-off holds its capacity of output, `Closed` once the receiver is gone.
+    pub fn try_send(&self, event: TerminalEvent) -> Result<(), TrySendError<TerminalEvent>> {
+        let is_output = matches!(event, TerminalEvent::Output(_));
+        let s = self.shared.lock();
+        if is_output && s.receiver && s.bytes >= self.shared.capacity {
+            return Err(TrySendError::Full(event));
+        }
+        self.push(s, event)
+            .map_err(|SendError(event)| TrySendError::Closed(event))
     }
 
     /// Queues an event, blocking the calling thread while the hand-off holds its capacity of

@@ -114,6 +114,12 @@ impl std::fmt::Debug for PtyProcess {
 }
 
 impl PtyProcess {
+    /// How many times this terminal's reader moved to a flood thread (`reader.rs`).
+    #[cfg(test)]
+    pub(crate) fn floods(&self) -> usize {
+        self.io.floods()
+    }
+
     /// Opens a pty of the requested size and spawns the program on it.
     ///
     /// Errors: the pty cannot be opened, or the program cannot be executed (the message names

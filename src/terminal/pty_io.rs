@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc as std_mpsc;
 use std::sync::Arc;
 
+use nix::poll::{PollFd, PollFlags, PollTimeout};
 use tokio::io::unix::AsyncFd;
 use tokio::sync::{mpsc, watch};
 
@@ -37,6 +38,8 @@ pub(crate) struct PtyIo {
     stop: watch::Sender<bool>,
     /// The stop is a suspension for a live upgrade, not a kill.
     suspending: AtomicBool,
+    /// How many times the reader moved to a flood thread (`reader.rs`, "Floods").
+    floods: AtomicUsize,
 }
 
 impl PtyIo {
@@ -55,6 +58,7 @@ impl PtyIo {
             fd,
             stop: watch::Sender::new(false),
             suspending: AtomicBool::new(false),
+            floods: AtomicUsize::new(0),
         }))
     }
 
@@ -79,6 +83,12 @@ impl PtyIo {
     /// Whether the stop is a suspension for a live upgrade rather than a kill.
     pub(crate) fn is_suspending(&self) -> bool {
         self.suspending.load(Ordering::Acquire)
+    }
+
+    /// How many times this terminal's reader moved to a flood thread.
+    #[cfg(test)]
+    pub(crate) fn floods(&self) -> usize {
+        self.floods.load(Ordering::Relaxed)
     }
 
     /// A reader of this pty's output.
@@ -137,6 +147,22 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
 }
 
+/// How long [`PtyReader::read_blocking_with`] waits in `poll(2)` before it looks at the stop
+/// signal again: the most a stop waits for a reader that waits for output on a thread.
+pub(crate) const STOP_CHECK: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// What a blocking read came to ([`PtyReader::read_blocking_with`]).
+pub(crate) enum BlockingRead<R> {
+    /// Output was read: what the parser made of it.
+    Read(R),
+    /// End of file.
+    Eof,
+    /// The terminal was stopped (killed, or suspended).
+    Stopped,
+    /// No output came for as long as the caller would wait.
+    Idle,
+}
+
 /// The reading end: one per terminal, owned by its reader task.
 pub struct PtyReader {
     io: Arc<PtyIo>,
@@ -148,6 +174,11 @@ impl PtyReader {
     /// the terminal being killed.
     pub fn is_suspending(&self) -> bool {
         self.io.is_suspending()
+    }
+
+    /// Counts a move of the reading to a flood thread ([`PtyIo::floods`]).
+    pub(crate) fn count_flood(&self) {
+        self.io.floods.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Completes once the terminal is stopped (killed or suspended).
@@ -194,6 +225,65 @@ impl PtyReader {
                 Ok(Err(e)) => return Err(e),
                 // Would block: the readiness was cleared; wait for the next edge.
                 Err(_) => {}
+            }
+        }
+    }
+
+    /// Reads like [`read_with`](Self::read_with), but blocking the calling thread, which must
+    /// not be a runtime worker (see `reader.rs`, "Floods"): `Read(r)` with what `parse` makes of
+    /// the bytes, `Eof` at end of file, `Stopped` once stopped (checked before every read and
+    /// every [`STOP_CHECK`] while waiting), `Idle` if no output came for `idle`. The
+    /// descriptor stays non-blocking and registered with the runtime; this waits in `poll(2)`.
+    /// Errors: `read(2)` failed (`EIO`: the last process holding the pty slave is gone).
+    pub(crate) fn read_blocking_with<R>(
+        &mut self,
+        idle: std::time::Duration,
+        mut parse: impl FnMut(&[u8]) -> R,
+    ) -> io::Result<BlockingRead<R>> {
+        let mut waited = std::time::Duration::ZERO;
+        loop {
+            if *self.stop.borrow() {
+                return Ok(BlockingRead::Stopped);
+            }
+            let read = READ_BUFFER.with_borrow_mut(|buf| {
+                if buf.len() < READ_BUFFER_BYTES {
+                    buf.resize(READ_BUFFER_BYTES, 0);
+                }
+                // SAFETY: reads at most buf.len() bytes into buf; the descriptor is open while
+                // `self.io` is.
+                let n = unsafe {
+                    libc::read(
+                        self.io.master().as_raw_fd(),
+                        buf.as_mut_ptr().cast(),
+                        buf.len(),
+                    )
+                };
+                match n {
+                    n if n < 0 => Err(io::Error::last_os_error()),
+                    0 => Ok(BlockingRead::Eof),
+                    n => Ok(BlockingRead::Read(parse(&buf[..n as usize]))),
+                }
+            });
+            match read {
+                Ok(r) => return Ok(r),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
+            }
+            if waited >= idle {
+                return Ok(BlockingRead::Idle);
+            }
+            let slice = STOP_CHECK.min(idle - waited);
+            // SAFETY: the descriptor is open while `self.io` is.
+            let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(self.io.master().as_raw_fd()) };
+            let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
+            let timeout = PollTimeout::try_from(slice).unwrap_or(PollTimeout::MAX);
+            match nix::poll::poll(&mut fds, timeout) {
+                // Readable, or hung up (the next read says so).
+                Ok(n) if n > 0 => {}
+                // Timed out, interrupted, or failed: count the slice, so a failing poll ends
+                // in `Idle` instead of a spin.
+                _ => waited += slice,
             }
         }
     }

@@ -8,18 +8,89 @@
 //! ([`channel`](super::output::channel)); when the hand-off is full the task waits for room
 //! and reads nothing meanwhile, so the program blocks in `write` as on a real terminal.
 //!
+//! **Floods.** A read of at least [`FLOOD_READ_BYTES`] means the program writes faster than
+//! one line at a time. Such a terminal is then read on a thread of its own (from tokio's
+//! blocking pool, at most [`MAX_FLOOD_THREADS`] at once), in a loop of `read(2)`, parse and
+//! hand-off, with `poll(2)` only when the pty runs dry — as a plain blocking reader reads a
+//! pty. On the runtime, that loop shared its worker with the pump, the socket writers and the
+//! model, and every `read` waited its turn behind them; the kernel's tty worker, which refills
+//! the pty's 4 KiB line-discipline buffer after each read, then waited for the next read, and
+//! the program for both (docs/performance.md, "Floods read on a thread of their own"). The
+//! thread hands the terminal back to the runtime once no output came for [`FLOOD_IDLE`], when
+//! the hand-off is full (the wait for room, which a kill must be able to end, happens on the
+//! runtime), and at a stop or end of file.
+//!
 //! A stop ends the task even while the pty never runs dry: a kill (dispose) lets go of the
-//! pty at once; a suspension for a live upgrade ends with [`TerminalEvent::Suspended`]
-//! carrying what the pipeline holds back. After end of file the task stays (asleep) until the
-//! terminal is stopped, so that a suspension still gets its answer.
+//! pty at once (a flood thread sees it before its next read, or within
+//! [`STOP_CHECK`](super::pty_io::STOP_CHECK) while it waits for output); a suspension for a
+//! live upgrade ends with [`TerminalEvent::Suspended`] carrying what the pipeline holds back.
+//! After end of file the task stays (asleep) until the terminal is stopped, so that a
+//! suspension still gets its answer.
 //!
 //! May touch: its terminal's pty (through [`PtyReader`]) and its hand-off; nothing else.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use tokio::sync::mpsc::error::TrySendError;
+
 use super::output::{EventSender, OutputPipeline};
-use super::pty_io::PtyReader;
+use super::pty_io::{BlockingRead, PtyReader};
 use super::{ReaderCarry, TerminalEvent};
 
+/// A read of at least this many bytes moves the terminal's reading to a thread of its own
+/// (see the module docs, "Floods"). A line, a prompt or a keystroke's echo is far smaller; a
+/// pty read is at most about 4 KiB.
+pub const FLOOD_READ_BYTES: usize = 2048;
+
+/// Most terminals read on threads of their own at once; beyond it, a flooding terminal is read
+/// on the runtime as any other.
+pub const MAX_FLOOD_THREADS: usize = 8;
+
+/// How long a flood thread waits for more output before it hands the terminal back to the
+/// runtime.
+pub const FLOOD_IDLE: Duration = Duration::from_millis(100);
+
+/// The places for flood threads: at most `max` terminals are read on threads of their own at
+/// once ([`MAX_FLOOD_THREADS`] for the process).
+struct FloodSlots {
+    used: AtomicUsize,
+    max: usize,
+}
+
+/// The process's flood threads.
+static FLOOD_SLOTS: FloodSlots = FloodSlots::new(MAX_FLOOD_THREADS);
+
+impl FloodSlots {
+    const fn new(max: usize) -> FloodSlots {
+        FloodSlots {
+            used: AtomicUsize::new(0),
+            max,
+        }
+    }
+
+    /// A place, if one is free; it is given back when the permit is dropped.
+    fn take(&self) -> Option<FloodPermit<'_>> {
+        self.used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| FloodPermit(self))
+    }
+}
+
+/// One place of [`FloodSlots`], held by a flood thread.
+struct FloodPermit<'a>(&'a FloodSlots);
+
+impl Drop for FloodPermit<'_> {
+    fn drop(&mut self) {
+        self.0.used.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// How reading ended.
+#[derive(Debug)]
 enum End {
     /// The pty reported end of file (or `EIO`: every process holding the slave is gone).
     Eof,
@@ -32,14 +103,15 @@ enum End {
 /// Runs the reader of one terminal until it is stopped or its
 /// [`EventReceiver`](super::EventReceiver) is gone (see the module docs). `eof`: the pty
 /// already reported end of file (a terminal handed over by a live upgrade after its EOF).
-pub(crate) async fn run(
-    mut reader: PtyReader,
-    mut pipeline: OutputPipeline,
-    tx: EventSender,
-    eof: bool,
-) {
-    if !eof {
-        match read_until_end(&mut reader, &mut pipeline, &tx).await {
+pub(crate) async fn run(reader: PtyReader, pipeline: OutputPipeline, tx: EventSender, eof: bool) {
+    let (mut reader, pipeline) = if eof {
+        (reader, pipeline)
+    } else {
+        let Some((mut reader, mut pipeline, end)) = read_until_end(reader, pipeline, &tx).await
+        else {
+            return;
+        };
+        match end {
             End::Gone => return,
             End::Eof | End::Stopped => {}
         }
@@ -55,7 +127,8 @@ pub(crate) async fn run(
             }
         }
         let _ = tx.send(TerminalEvent::Eof).await;
-    }
+        (reader, pipeline)
+    };
     reader.stopped().await;
     if reader.is_suspending() {
         suspended(&tx, &pipeline, true).await;
@@ -72,34 +145,92 @@ async fn suspended(tx: &EventSender, pipeline: &OutputPipeline, eof: bool) {
     let _ = tx.send(TerminalEvent::Suspended(Box::new(carry))).await;
 }
 
-/// Reads and parses until end of file, a stop or a gone receiver.
+/// Reads and parses until end of file, a stop or a gone receiver, on the runtime and, while
+/// the terminal floods, on a thread of its own. Hands the reader and the pipeline back with
+/// how it ended; `None` if a flood thread panicked (and they went with it).
 async fn read_until_end(
-    reader: &mut PtyReader,
-    pipeline: &mut OutputPipeline,
+    mut reader: PtyReader,
+    mut pipeline: OutputPipeline,
     tx: &EventSender,
-) -> End {
+) -> Option<(PtyReader, OutputPipeline, End)> {
     loop {
-        let read = reader.read_with(|bytes| pipeline.feed(bytes)).await;
-        let events = match read {
-            Ok(Some(Some(events))) => events,
-            Ok(Some(None)) => return End::Eof,
-            Ok(None) => return End::Stopped,
+        let read = reader
+            .read_with(|bytes| (bytes.len(), pipeline.feed(bytes)))
+            .await;
+        let (read_bytes, events) = match read {
+            Ok(Some(Some(r))) => r,
+            Ok(Some(None)) => return Some((reader, pipeline, End::Eof)),
+            Ok(None) => return Some((reader, pipeline, End::Stopped)),
             // EIO is how Linux reports that the last process holding the pty slave is gone.
-            Err(_) => return End::Eof,
+            Err(_) => return Some((reader, pipeline, End::Eof)),
         };
-        if events.is_empty() {
-            continue;
+        if !events.is_empty() {
+            match reader
+                .until_killed(tx.send(TerminalEvent::Output(events)))
+                .await
+            {
+                Some(Ok(())) => {}
+                Some(Err(_)) | None => return Some((reader, pipeline, End::Gone)),
+            }
         }
-        match reader
-            .until_killed(tx.send(TerminalEvent::Output(events)))
-            .await
-        {
-            Some(Ok(())) => {}
-            Some(Err(_)) | None => return End::Gone,
+        if read_bytes >= FLOOD_READ_BYTES {
+            if let Some(permit) = FLOOD_SLOTS.take() {
+                reader.count_flood();
+                let flood_tx = tx.clone();
+                let thread = tokio::task::spawn_blocking(move || {
+                    let how = flood(&mut reader, &mut pipeline, &flood_tx);
+                    drop(permit);
+                    (reader, pipeline, how)
+                });
+                let (back, back_pipeline, how) = thread.await.ok()?;
+                tracing::trace!(?how, "a flood thread handed its terminal back");
+                (reader, pipeline) = (back, back_pipeline);
+                match how {
+                    Flood::Idle => {}
+                    Flood::Full(event) => match reader.until_killed(tx.send(event)).await {
+                        Some(Ok(())) => {}
+                        Some(Err(_)) | None => return Some((reader, pipeline, End::Gone)),
+                    },
+                    Flood::End(end) => return Some((reader, pipeline, end)),
+                }
+                continue;
+            }
         }
         // A terminal that never runs dry (and a hand-off that always has room) must still let
         // the worker's other tasks run now and then.
         tokio::task::consume_budget().await;
+    }
+}
+
+/// How a flood thread handed its terminal back.
+#[derive(Debug)]
+enum Flood {
+    /// No output came for [`FLOOD_IDLE`].
+    Idle,
+    /// The hand-off is full: this event waits for room (on the runtime).
+    Full(TerminalEvent),
+    /// Reading ended.
+    End(End),
+}
+
+/// The flood thread's loop (see the module docs, "Floods"). Blocking: runs on a thread of
+/// tokio's blocking pool.
+fn flood(reader: &mut PtyReader, pipeline: &mut OutputPipeline, tx: &EventSender) -> Flood {
+    loop {
+        let events = match reader.read_blocking_with(FLOOD_IDLE, |bytes| pipeline.feed(bytes)) {
+            Ok(BlockingRead::Read(events)) => events,
+            Ok(BlockingRead::Idle) => return Flood::Idle,
+            Ok(BlockingRead::Stopped) => return Flood::End(End::Stopped),
+            Ok(BlockingRead::Eof) | Err(_) => return Flood::End(End::Eof),
+        };
+        if events.is_empty() {
+            continue;
+        }
+        match tx.try_send(TerminalEvent::Output(events)) {
+            Ok(()) => {}
+            Err(TrySendError::Full(event)) => return Flood::Full(event),
+            Err(TrySendError::Closed(_)) => return Flood::End(End::Gone),
+        }
     }
 }
 
@@ -136,6 +267,73 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(10), events.recv())
             .await
             .expect("no event within 10 s")
+    }
+
+    /// Every `Data` text until end of file, within 30 s.
+    async fn all_text(events: &mut EventReceiver) -> String {
+        let mut text = String::new();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            match tokio::time::timeout_at(deadline, events.recv()).await {
+                Err(_) => panic!("no end of file within 30 s ({} bytes)", text.len()),
+                Ok(Some(TerminalEvent::Output(batch))) => {
+                    for item in batch {
+                        if let OutputItem::Data(d) = item {
+                            text.push_str(&d);
+                        }
+                    }
+                }
+                Ok(Some(TerminalEvent::Eof)) | Ok(None) => return text,
+                Ok(Some(_)) => {}
+            }
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_flood_is_read_on_a_thread_of_its_own_and_arrives_whole_and_in_order() {
+        // 2.4 MB of numbered lines (written in blocks: `cat`) with a two-byte and a four-byte
+        // character on each, so reads end inside characters; then quiet for longer than
+        // FLOOD_IDLE, then more.
+        let script = "seq 1 200000 | sed 's/$/ é 🙂/' | cat; sleep 0.3; echo after-quiet";
+        let (process, mut events) = start(script).await;
+        let text = all_text(&mut events).await;
+        let mut expected: String = (1..=200000).map(|i| format!("{i} é 🙂\r\n")).collect();
+        expected.push_str("after-quiet\r\n");
+        assert!(
+            text == expected,
+            "{} bytes, expected {}",
+            text.len(),
+            expected.len()
+        );
+        assert!(process.floods() >= 1, "never read on a flood thread");
+    }
+
+    #[test]
+    fn flood_threads_are_bounded() {
+        let slots = super::FloodSlots::new(2);
+        let a = slots.take().expect("a first place");
+        let b = slots.take().expect("a second place");
+        assert!(slots.take().is_none(), "a third place of two");
+        drop(a);
+        let c = slots.take().expect("the place given back");
+        drop((b, c));
+        assert_eq!(slots.used.load(std::sync::atomic::Ordering::Relaxed), 0);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_flood_on_a_current_thread_runtime_is_read_whole() {
+        // Tests and tools run the host on a current-thread runtime: the flood thread comes from
+        // its blocking pool, and the hand-off filling hands the wait for room back to it.
+        let (process, mut events) = start("seq 1 300000 | cat").await;
+        let text = all_text(&mut events).await;
+        let expected: String = (1..=300000).map(|i| format!("{i}\r\n")).collect();
+        assert!(
+            text == expected,
+            "{} bytes, expected {}",
+            text.len(),
+            expected.len()
+        );
+        assert!(process.floods() >= 1, "never read on a flood thread");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
