@@ -31,14 +31,19 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// second (`dirty_decay_ms`) rather than jemalloc's default of ten, and without the lazy
 /// "muzzy" stage, so the resident memory a burst leaves behind — a flood beside a stalled
 /// viewer, a large snapshot — falls back within a second or two while the daemon works (once
-/// it is idle, the host purges what is left: `give_back_memory` in `host/screen.rs`).
-/// `_RJEM_MALLOC_CONF` in the environment overrides them (jemalloc(3), "TUNING").
+/// it is idle, the host purges what is left: `give_back_memory` in `host/screen.rs`). One
+/// arena (`narenas:1`) instead of four per core: a flooding terminal's reads run on a thread
+/// of their own (`terminal/reader.rs`), which allocates the output that the runtime's workers
+/// free, and with an arena of its own that left 15–25 MiB more resident beside a lagging
+/// viewer; the threads' caches serve the small allocations without the arena's lock either
+/// way (docs/performance.md, "Floods read on a thread of their own"). `_RJEM_MALLOC_CONF` in
+/// the environment overrides them (jemalloc(3), "TUNING").
 #[allow(non_upper_case_globals)]
 #[export_name = "_rjem_malloc_conf"]
 static malloc_conf: Option<&'static std::ffi::c_char> =
     // SAFETY: a pointer to the first byte of a NUL-terminated static string, which is what
     // jemalloc reads this symbol as (`const char *`).
-    Some(unsafe { &*c"dirty_decay_ms:1000,muzzy_decay_ms:0".as_ptr() });
+    Some(unsafe { &*c"dirty_decay_ms:1000,muzzy_decay_ms:0,narenas:1".as_ptr() });
 
 /// Serve Agent Host Protocol (AHP) 1.0 terminals over WebSocket.
 #[derive(Parser)]
