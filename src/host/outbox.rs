@@ -159,14 +159,9 @@ impl Outbox {
         // Count the bytes before queueing them: the writer may write and report them
         // (`written`) before `send` returns, which would otherwise underflow the counter.
         let queued = shared.queued.fetch_add(len, Ordering::AcqRel) + len;
-        shared
-            .enqueued_total
-            .fetch_add(len as u64, Ordering::AcqRel);
-        if self.tx.send(Outgoing::Text(text)).is_err() {
-            shared.queued.fetch_sub(len, Ordering::AcqRel);
-            return;
+        if self.push_counted(text) {
+            self.queued_now(queued);
         }
-        self.queued_now(queued);
     }
 
     /// Counts `len` bytes of a message the host holds back behind an answer it is encoding
@@ -180,14 +175,29 @@ impl Outbox {
         self.queued_now(queued);
     }
 
-    /// Queues a message that [`Outbox::hold`] counted.
+    /// Queues a message that [`Outbox::hold`] counted (the count never dips in between, so a
+    /// write reported meanwhile cannot end a congestion episode early).
     pub fn send_held(&self, text: impl Into<Frame>) {
-        let text = text.into();
-        self.watch
-            .shared
-            .queued
-            .fetch_sub(text.len(), Ordering::AcqRel);
-        self.send(text);
+        self.push_counted(text.into());
+    }
+
+    /// Queues a message whose bytes are already counted in `queued`; uncounts them if the
+    /// connection is gone or being closed. Whether it was queued.
+    fn push_counted(&self, text: Frame) -> bool {
+        let shared = &*self.watch.shared;
+        let len = text.len();
+        if shared.killed.load(Ordering::Acquire) {
+            shared.queued.fetch_sub(len, Ordering::AcqRel);
+            return false;
+        }
+        shared
+            .enqueued_total
+            .fetch_add(len as u64, Ordering::AcqRel);
+        if self.tx.send(Outgoing::Text(text)).is_err() {
+            shared.queued.fetch_sub(len, Ordering::AcqRel);
+            return false;
+        }
+        true
     }
 
     /// Starts a congestion episode if `queued` (the count just after adding to it) passed the
