@@ -1,8 +1,8 @@
 //! The output pipeline of one terminal: raw pty bytes in, [`OutputItem`]s out, in stream order,
 //! and the hand-off of those events from the reader task to the host ([`channel`]).
 //!
-//! Runs in the terminal's reader task (`reader.rs`). The shell-integration [`OutputParser`] assembles
-//! UTF-8 across reads (invalid bytes become U+FFFD, no character is split between two events),
+//! Runs in the terminal's reader task (`reader.rs`), or on its flood thread while it floods.
+//! The shell-integration [`OutputParser`] assembles UTF-8 across reads (invalid bytes become U+FFFD, no character is split between two events),
 //! removes every shell-integration sequence and reports marks; the [`CommandTracker`] turns
 //! the marks into terminal actions. Output written before a mark is emitted before the
 //! mark's action. Terminal queries the parser removed become [`OutputItem::Reply`]s, in stream
@@ -29,7 +29,7 @@ use super::{OutputItem, TerminalEvent};
 use crate::config::ReportColors;
 
 /// Output bytes that may wait in the hand-off before the reader task stops reading the pty.
-pub const PENDING_OUTPUT_BYTES: usize = 512 * 1024;
+pub const PENDING_OUTPUT_BYTES: usize = 128 * 1024;
 
 /// Per-terminal output state, kept across reads.
 pub struct OutputPipeline {
@@ -259,11 +259,16 @@ impl EventSender {
     }
 
     /// Queues an event if there is room, without waiting: `Full` (the event handed back) while
-    /// the hand-off holds its capacity of output, `Closed` once the receiver is gone.
-    pub fn try_send(&self, event: TerminalEvent) -> Result<(), TrySendError<TerminalEvent>> {
+    /// the hand-off holds `limit` bytes of output (a flood thread's limit, which may exceed the
+    /// capacity [`send`](Self::send) waits at), `Closed` once the receiver is gone.
+    pub fn try_send_within(
+        &self,
+        event: TerminalEvent,
+        limit: usize,
+    ) -> Result<(), TrySendError<TerminalEvent>> {
         let is_output = matches!(event, TerminalEvent::Output(_));
         let s = self.shared.lock();
-        if is_output && s.receiver && s.bytes >= self.shared.capacity {
+        if is_output && s.receiver && s.bytes >= limit {
             return Err(TrySendError::Full(event));
         }
         self.push(s, event)

@@ -2,10 +2,12 @@
 //! registered with tokio's reactor (`AsyncFd`, epoll), shared by the terminal's reader task
 //! ([`PtyReader`], see `reader.rs`) and its writer task ([`write_input`]), and their stop signal.
 //!
-//! No thread waits on a pty: a task that waits for output, or for room to write input, sleeps
-//! in the runtime's one `epoll_wait` together with every other terminal and socket, so the
-//! output of many terminals costs one wake-up of a worker thread instead of one wake-up of a
-//! thread per terminal (docs/performance.md, "Scale"). A stop — the terminal is killed,
+//! No thread waits on a quiet pty: a task that waits for output, or for room to write input,
+//! sleeps in the runtime's one `epoll_wait` together with every other terminal and socket, so
+//! the output of many terminals costs one wake-up of a worker thread instead of one wake-up of
+//! a thread per terminal (docs/performance.md, "Scale"). Only a flooding terminal is read on a
+//! thread of its own for a while ([`PtyReader::read_blocking_with`], `reader.rs`); it waits in
+//! `poll(2)` on the same descriptor, which stays non-blocking and registered. A stop — the terminal is killed,
 //! disposed, or suspended for a live upgrade — ends both tasks even while the pty stays
 //! readable: a process that left the session may hold the pty and keep writing, and the
 //! tasks must let go of it so that it can be closed. A suspension is told apart from a kill
@@ -28,7 +30,9 @@ use super::pty_master::PtyMaster;
 use super::READ_BUFFER_BYTES;
 
 thread_local! {
-    /// The read buffer of the reader tasks running on this thread ([`PtyReader::read_with`]).
+    /// The read buffer of the readers running on this thread: the reader tasks of a runtime
+    /// worker ([`PtyReader::read_with`]), or a flood thread
+    /// ([`PtyReader::read_blocking_with`]).
     static READ_BUFFER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
@@ -240,7 +244,8 @@ impl PtyReader {
         idle: std::time::Duration,
         mut parse: impl FnMut(&[u8]) -> R,
     ) -> io::Result<BlockingRead<R>> {
-        let mut waited = std::time::Duration::ZERO;
+        // Since when the pty has been dry (set at the first EAGAIN).
+        let mut dry_since: Option<std::time::Instant> = None;
         loop {
             if *self.stop.borrow() {
                 return Ok(BlockingRead::Stopped);
@@ -270,21 +275,21 @@ impl PtyReader {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(e) => return Err(e),
             }
+            let since = *dry_since.get_or_insert_with(std::time::Instant::now);
+            let waited = since.elapsed();
             if waited >= idle {
                 return Ok(BlockingRead::Idle);
             }
+            // Measured, not counted: a `poll` that says readable while `read` finds nothing
+            // still ends in `Idle`.
             let slice = STOP_CHECK.min(idle - waited);
             // SAFETY: the descriptor is open while `self.io` is.
             let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(self.io.master().as_raw_fd()) };
             let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
             let timeout = PollTimeout::try_from(slice).unwrap_or(PollTimeout::MAX);
-            match nix::poll::poll(&mut fds, timeout) {
-                // Readable, or hung up (the next read says so).
-                Ok(n) if n > 0 => {}
-                // Timed out, interrupted, or failed: count the slice, so a failing poll ends
-                // in `Idle` instead of a spin.
-                _ => waited += slice,
-            }
+            // Readable, hung up (the next read says so), timed out, interrupted or failed: read
+            // (or look at the stop) again either way.
+            let _ = nix::poll::poll(&mut fds, timeout);
         }
     }
 

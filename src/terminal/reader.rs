@@ -8,11 +8,14 @@
 //! ([`channel`](super::output::channel)); when the hand-off is full the task waits for room
 //! and reads nothing meanwhile, so the program blocks in `write` as on a real terminal.
 //!
-//! **Floods.** A read of at least [`FLOOD_READ_BYTES`] means the program writes faster than
-//! one line at a time. Such a terminal is then read on a thread of its own (from tokio's
-//! blocking pool, at most [`MAX_FLOOD_THREADS`] at once), in a loop of `read(2)`, parse and
-//! hand-off, with `poll(2)` only when the pty runs dry — as a plain blocking reader reads a
-//! pty. On the runtime, that loop shared its worker with the pump, the socket writers and the
+//! **Floods.** [`FLOOD_READS`] reads in a row of at least [`FLOOD_READ_BYTES`] each mean the
+//! program writes faster than the terminal is read (a line, a prompt, an echo, or one redraw
+//! of a small screen is one smaller read). Such a terminal is then read on a thread of its own
+//! (from tokio's blocking pool, at most [`MAX_FLOOD_THREADS`] at once), in a loop of
+//! `read(2)`, parse and hand-off, with `poll(2)` only when the pty runs dry — as a plain
+//! blocking reader reads a pty. There the hand-off may hold up to
+//! [`FLOOD_PENDING_OUTPUT_BYTES`], so that the thread reads on while the pump takes a merged
+//! update; on the runtime it holds [`PENDING_OUTPUT_BYTES`](super::output::PENDING_OUTPUT_BYTES). On the runtime, that loop shared its worker with the pump, the socket writers and the
 //! model, and every `read` waited its turn behind them; the kernel's tty worker, which refills
 //! the pty's 4 KiB line-discipline buffer after each read, then waited for the next read, and
 //! the program for both (docs/performance.md, "Floods read on a thread of their own"). The
@@ -38,18 +41,25 @@ use super::output::{EventSender, OutputPipeline};
 use super::pty_io::{BlockingRead, PtyReader};
 use super::{ReaderCarry, TerminalEvent};
 
-/// A read of at least this many bytes moves the terminal's reading to a thread of its own
-/// (see the module docs, "Floods"). A line, a prompt or a keystroke's echo is far smaller; a
-/// pty read is at most about 4 KiB.
+/// [`FLOOD_READS`] reads in a row of at least this many bytes move the terminal's reading to
+/// a thread of its own (see the module docs, "Floods"). A line, a prompt or a keystroke's
+/// echo is far smaller; a pty read is at most about 4 KiB.
 pub const FLOOD_READ_BYTES: usize = 2048;
+
+/// How many reads in a row of at least [`FLOOD_READ_BYTES`] make a flood.
+pub const FLOOD_READS: usize = 2;
+
+/// Output bytes that may wait in the hand-off while the terminal is read on a flood thread,
+/// before the thread hands the terminal back to wait for room.
+pub const FLOOD_PENDING_OUTPUT_BYTES: usize = 512 * 1024;
 
 /// Most terminals read on threads of their own at once; beyond it, a flooding terminal is read
 /// on the runtime as any other.
 pub const MAX_FLOOD_THREADS: usize = 8;
 
 /// How long a flood thread waits for more output before it hands the terminal back to the
-/// runtime.
-pub const FLOOD_IDLE: Duration = Duration::from_millis(100);
+/// runtime (so a program that redraws now and then holds no thread between redraws).
+pub const FLOOD_IDLE: Duration = Duration::from_millis(20);
 
 /// The places for flood threads: at most `max` terminals are read on threads of their own at
 /// once ([`MAX_FLOOD_THREADS`] for the process).
@@ -58,8 +68,9 @@ struct FloodSlots {
     max: usize,
 }
 
-/// The process's flood threads.
-static FLOOD_SLOTS: FloodSlots = FloodSlots::new(MAX_FLOOD_THREADS);
+/// The process's flood threads. A unit-test binary runs many flooding terminals at once, in
+/// parallel tests that each expect a flood thread; it gets more places.
+static FLOOD_SLOTS: FloodSlots = FloodSlots::new(if cfg!(test) { 64 } else { MAX_FLOOD_THREADS });
 
 impl FloodSlots {
     const fn new(max: usize) -> FloodSlots {
@@ -90,7 +101,6 @@ impl Drop for FloodPermit<'_> {
 }
 
 /// How reading ended.
-#[derive(Debug)]
 enum End {
     /// The pty reported end of file (or `EIO`: every process holding the slave is gone).
     Eof,
@@ -147,12 +157,15 @@ async fn suspended(tx: &EventSender, pipeline: &OutputPipeline, eof: bool) {
 
 /// Reads and parses until end of file, a stop or a gone receiver, on the runtime and, while
 /// the terminal floods, on a thread of its own. Hands the reader and the pipeline back with
-/// how it ended; `None` if a flood thread panicked (and they went with it).
+/// how it ended; `None` if a flood thread panicked, or was cancelled as the runtime shut
+/// down (and they went with it).
 async fn read_until_end(
     mut reader: PtyReader,
     mut pipeline: OutputPipeline,
     tx: &EventSender,
 ) -> Option<(PtyReader, OutputPipeline, End)> {
+    // Reads in a row of at least FLOOD_READ_BYTES.
+    let mut large = 0;
     loop {
         let read = reader
             .read_with(|bytes| (bytes.len(), pipeline.feed(bytes)))
@@ -173,8 +186,14 @@ async fn read_until_end(
                 Some(Err(_)) | None => return Some((reader, pipeline, End::Gone)),
             }
         }
-        if read_bytes >= FLOOD_READ_BYTES {
+        large = if read_bytes >= FLOOD_READ_BYTES {
+            large + 1
+        } else {
+            0
+        };
+        if large >= FLOOD_READS {
             if let Some(permit) = FLOOD_SLOTS.take() {
+                large = 0;
                 reader.count_flood();
                 let flood_tx = tx.clone();
                 let thread = tokio::task::spawn_blocking(move || {
@@ -183,7 +202,7 @@ async fn read_until_end(
                     (reader, pipeline, how)
                 });
                 let (back, back_pipeline, how) = thread.await.ok()?;
-                tracing::trace!(?how, "a flood thread handed its terminal back");
+                tracing::trace!(how = how.name(), "a flood thread handed its terminal back");
                 (reader, pipeline) = (back, back_pipeline);
                 match how {
                     Flood::Idle => {}
@@ -203,7 +222,6 @@ async fn read_until_end(
 }
 
 /// How a flood thread handed its terminal back.
-#[derive(Debug)]
 enum Flood {
     /// No output came for [`FLOOD_IDLE`].
     Idle,
@@ -211,6 +229,19 @@ enum Flood {
     Full(TerminalEvent),
     /// Reading ended.
     End(End),
+}
+
+impl Flood {
+    /// For the log (an event would carry terminal output).
+    fn name(&self) -> &'static str {
+        match self {
+            Flood::Idle => "idle",
+            Flood::Full(_) => "hand-off full",
+            Flood::End(End::Eof) => "end of file",
+            Flood::End(End::Stopped) => "stopped",
+            Flood::End(End::Gone) => "receiver gone",
+        }
+    }
 }
 
 /// The flood thread's loop (see the module docs, "Floods"). Blocking: runs on a thread of
@@ -226,7 +257,7 @@ fn flood(reader: &mut PtyReader, pipeline: &mut OutputPipeline, tx: &EventSender
         if events.is_empty() {
             continue;
         }
-        match tx.try_send(TerminalEvent::Output(events)) {
+        match tx.try_send_within(TerminalEvent::Output(events), FLOOD_PENDING_OUTPUT_BYTES) {
             Ok(()) => {}
             Err(TrySendError::Full(event)) => return Flood::Full(event),
             Err(TrySendError::Closed(_)) => return Flood::End(End::Gone),
@@ -419,7 +450,7 @@ mod tests {
                 Some(TerminalEvent::Output(batch)) => {
                     taken += output::batch_bytes(&batch);
                     assert!(
-                        taken <= 2 * output::PENDING_OUTPUT_BYTES,
+                        taken <= 2 * super::FLOOD_PENDING_OUTPUT_BYTES,
                         "the reader kept reading after the kill"
                     );
                 }
