@@ -15,10 +15,12 @@
 //! `read(2)`, parse and hand-off, with `poll(2)` only when the pty runs dry — as a plain
 //! blocking reader reads a pty. There the hand-off may hold up to
 //! [`FLOOD_PENDING_OUTPUT_BYTES`], so that the thread reads on while the pump takes a merged
-//! update; on the runtime it holds [`PENDING_OUTPUT_BYTES`](super::output::PENDING_OUTPUT_BYTES). On the runtime, that loop shared its worker with the pump, the socket writers and the
-//! model, and every `read` waited its turn behind them; the kernel's tty worker, which refills
-//! the pty's 4 KiB line-discipline buffer after each read, then waited for the next read, and
-//! the program for both (docs/performance.md, "Floods read on a thread of their own"). The
+//! update; otherwise it holds
+//! [`PENDING_OUTPUT_BYTES`](super::output::PENDING_OUTPUT_BYTES). On the runtime, that loop
+//! shared its worker with the pump, the socket writers and the model, and every `read` waited
+//! its turn behind them; the kernel's tty worker, which refills the pty's 4 KiB
+//! line-discipline buffer after each read, then waited for the next read, and the program for
+//! both (docs/performance.md, "Floods read on a thread of their own"). The
 //! thread hands the terminal back to the runtime once no output came for [`FLOOD_IDLE`], when
 //! the hand-off is full (the wait for room, which a kill must be able to end, happens on the
 //! runtime), and at a stop or end of file.
@@ -320,16 +322,11 @@ mod tests {
         }
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_flood_is_read_on_a_thread_of_its_own_and_arrives_whole_and_in_order() {
-        // 2.4 MB of numbered lines (written in blocks: `cat`) with a two-byte and a four-byte
-        // character on each, so reads end inside characters; then quiet for longer than
-        // FLOOD_IDLE, then more.
-        let script = "seq 1 200000 | sed 's/$/ é 🙂/' | cat; sleep 0.3; echo after-quiet";
+    /// Runs `sh -c script` to its end and checks that its output was read on a flood thread
+    /// and arrived exactly as `expected`.
+    async fn read_whole_on_a_flood_thread(script: &str, expected: &str) {
         let (process, mut events) = start(script).await;
         let text = all_text(&mut events).await;
-        let mut expected: String = (1..=200000).map(|i| format!("{i} é 🙂\r\n")).collect();
-        expected.push_str("after-quiet\r\n");
         assert!(
             text == expected,
             "{} bytes, expected {}",
@@ -337,6 +334,17 @@ mod tests {
             expected.len()
         );
         assert!(process.floods() >= 1, "never read on a flood thread");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_flood_is_read_on_a_thread_of_its_own_and_arrives_whole_and_in_order() {
+        // 2.4 MB of numbered lines (written in blocks: `cat`) with a two-byte and a four-byte
+        // character on each, so reads end inside characters; then quiet for longer than
+        // FLOOD_IDLE, then more.
+        let script = "seq 1 200000 | sed 's/$/ é 🙂/' | cat; sleep 0.3; echo after-quiet";
+        let mut expected: String = (1..=200000).map(|i| format!("{i} é 🙂\r\n")).collect();
+        expected.push_str("after-quiet\r\n");
+        read_whole_on_a_flood_thread(script, &expected).await;
     }
 
     #[test]
@@ -354,17 +362,9 @@ mod tests {
     #[tokio::test(flavor = "current_thread")]
     async fn a_flood_on_a_current_thread_runtime_is_read_whole() {
         // Tests and tools run the host on a current-thread runtime: the flood thread comes from
-        // its blocking pool, and the hand-off filling hands the wait for room back to it.
-        let (process, mut events) = start("seq 1 300000 | cat").await;
-        let text = all_text(&mut events).await;
+        // its blocking pool there too, and the one thread runs the rest meanwhile.
         let expected: String = (1..=300000).map(|i| format!("{i}\r\n")).collect();
-        assert!(
-            text == expected,
-            "{} bytes, expected {}",
-            text.len(),
-            expected.len()
-        );
-        assert!(process.floods() >= 1, "never read on a flood thread");
+        read_whole_on_a_flood_thread("seq 1 300000 | cat", &expected).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
