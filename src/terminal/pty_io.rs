@@ -9,10 +9,10 @@
 //! thread of its own for a while ([`PtyReader::read_blocking_with`], `reader.rs`); it waits in
 //! `poll(2)` on the same descriptor, which stays non-blocking and registered. A stop — the
 //! terminal is killed, disposed, or suspended for a live upgrade — ends both tasks even while
-//! the pty stays readable: a process that left the session may hold the pty and keep writing, and the
-//! tasks must let go of it so that it can be closed. A suspension is told apart from a kill
-//! ([`PtyIo::is_suspending`]): the reader then hands over what its pipeline holds back and the
-//! writer what it did not write.
+//! the pty stays readable: a process that left the session may hold the pty and keep
+//! writing, and the tasks must let go of it so that it can be closed. A suspension is told
+//! apart from a kill ([`PtyIo::is_suspending`]): the reader then hands over what its pipeline
+//! holds back and the writer what it did not write.
 //!
 //! Touches only the pty master it owns; knows nothing of AHP.
 
