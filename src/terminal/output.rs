@@ -4,9 +4,9 @@
 //! Runs in the terminal's reader task (`reader.rs`), or on its flood thread while it floods.
 //! The shell-integration [`OutputParser`] assembles UTF-8 across reads (invalid bytes become
 //! U+FFFD, no character is split between two events), removes every shell-integration
-//! sequence and reports marks; the [`CommandTracker`] turns the marks into terminal actions. Output written before a mark is emitted before the
-//! mark's action. Terminal queries the parser removed become [`OutputItem::Reply`]s, in stream
-//! order, for the host to answer. Touches nothing outside the terminal it belongs to.
+//! sequence and reports marks; the [`CommandTracker`] turns the marks into terminal actions.
+//! Output written before a mark is emitted before the mark's action. Terminal queries the
+//! parser removed become [`OutputItem::Reply`]s, in stream order, for the host to answer. Touches nothing outside the terminal it belongs to.
 //!
 //! The hand-off is bounded in bytes of output ([`PENDING_OUTPUT_BYTES`]): when that much is
 //! waiting, the reader task stops reading the pty ([`EventSender::send`] waits), so the program
