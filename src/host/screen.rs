@@ -120,6 +120,16 @@ impl Drop for Screen {
     }
 }
 
+/// What the model task is to do next ([`Screen::job`]).
+enum Next {
+    /// Run this job.
+    Job(Job),
+    /// Nothing now, but an advance is due once [`ADVANCE_INTERVAL`] has passed.
+    HeldBack,
+    /// Nothing until more output, a trim, a resize or a query.
+    Idle,
+}
+
 /// What the model task is asked to compute, taken under the lock.
 struct Job {
     start_at: u64,
@@ -135,7 +145,7 @@ struct Job {
     cols: u16,
 }
 
-/// What it computed.
+/// What a job computed.
 struct Done {
     base: Option<(u64, Arc<Frozen>)>,
     cursor: Option<(u64, Vec<u8>, Arc<Frozen>)>,
@@ -473,22 +483,25 @@ impl Screen {
         .then_some(target)
     }
 
-    /// Takes the next job, if there is one (under the lock). `may_advance`: false within
-    /// [`ADVANCE_INTERVAL`] of the last advance; the base then moves only with a job that a
-    /// cursor report makes anyway, or once the text waiting for the model reaches half of
-    /// [`MAX_PENDING_BYTES`]. A repaint still makes a job of its own.
-    fn job(&mut self, state: &TerminalState, cap: usize, may_advance: bool) -> Option<Job> {
+    /// Takes the next job, if there is one (under the lock), or says why there is none.
+    /// `may_advance`: false within [`ADVANCE_INTERVAL`] of the last advance; the base then
+    /// moves only with a job that a cursor report makes anyway, or once the text waiting for
+    /// the model reaches half of [`MAX_PENDING_BYTES`]. A repaint still makes a job of its own.
+    fn job(&mut self, state: &TerminalState, cap: usize, may_advance: bool) -> Next {
         let cursor = self.cursor_query();
         let urgent = cursor.is_some() || self.pending_bytes >= MAX_PENDING_BYTES / 2;
-        let advance = self
-            .advance_target(state, cap)
-            .filter(|_| may_advance || urgent);
+        let due = self.advance_target(state, cap);
+        let advance = due.filter(|_| may_advance || urgent);
         let repaint = match (self.resizes.back(), &self.repaint) {
             (Some(r), None) if r.at > advance.unwrap_or(self.base_at) => Some(r.at),
             _ => None,
         };
         if advance.is_none() && cursor.is_none() && repaint.is_none() {
-            return None;
+            return if due.is_some() {
+                Next::HeldBack
+            } else {
+                Next::Idle
+            };
         }
         let first = [advance, cursor.map(|c| c.0), repaint]
             .into_iter()
@@ -506,7 +519,7 @@ impl Screen {
         };
         let mut text = self.copy_pending(start_at, self.head.min(last));
         text.push_str(&self.copy_content(state, start_at.max(self.head), last));
-        Some(Job {
+        Next::Job(Job {
             start_at,
             start,
             text,
@@ -724,8 +737,9 @@ pub(super) async fn run(host: Arc<Host>, uri: String, serial: u64, wake: Arc<Not
                 return;
             };
             match t.screen.job(&t.state, cap, may_advance) {
-                Some(job) => (Some(job), false),
-                None => (None, t.screen.advance_target(&t.state, cap).is_some()),
+                Next::Job(job) => (Some(job), false),
+                Next::HeldBack => (None, true),
+                Next::Idle => (None, false),
             }
         };
         let Some(job) = job else {
@@ -914,7 +928,7 @@ mod tests {
 
         /// Runs the model task's jobs until it has nothing to do.
         fn settle(&mut self) {
-            while let Some(job) = self.screen.job(&self.state, CAP, true) {
+            while let Next::Job(job) = self.screen.job(&self.state, CAP, true) {
                 let (from, to) = (job.start_at as usize, job.advance.map(|a| a as usize));
                 // The model is fed exactly the stream's bytes, trimmed or not.
                 if let Some(to) = to {
@@ -1012,24 +1026,22 @@ mod tests {
             t.output(None, &format!("line {i}\r\n"));
         }
         // An advance is due, but held back.
-        assert!(t.screen.advance_target(&t.state, CAP).is_some());
-        assert!(t.screen.job(&t.state, CAP, false).is_none());
+        assert!(matches!(t.screen.job(&t.state, CAP, false), Next::HeldBack));
         // A cursor report makes a job at once, and the base moves with it (up to the query).
         let q = t.stream.len() as u64;
         t.screen
             .queries(vec![(q, Reply::CursorPosition { extended: false })], None);
         t.output(None, &"x".repeat(3 * CAP));
-        let job = t
-            .screen
-            .job(&t.state, CAP, false)
-            .expect("a job for the report");
+        let Next::Job(job) = t.screen.job(&t.state, CAP, false) else {
+            panic!("no job for the report");
+        };
         assert_eq!((job.cursor, job.advance), (Some((q, false)), Some(q)));
         let (done, _) = compute(job, None);
         t.screen.publish(done, None);
         assert_eq!(t.screen.base_at, q);
         assert!(t.screen.replies.is_empty());
         // Past the query, held back again until the text waiting for the model is long.
-        assert!(t.screen.job(&t.state, CAP, false).is_none());
+        assert!(matches!(t.screen.job(&t.state, CAP, false), Next::HeldBack));
         for _ in 0..64 {
             if t.screen.pending_bytes >= MAX_PENDING_BYTES / 2 {
                 break;
@@ -1041,10 +1053,9 @@ mod tests {
             "12 MiB of output trimmed left {} bytes for the model",
             t.screen.pending_bytes
         );
-        let job = t
-            .screen
-            .job(&t.state, CAP, false)
-            .expect("a job for the backlog");
+        let Next::Job(job) = t.screen.job(&t.state, CAP, false) else {
+            panic!("no job for the backlog");
+        };
         assert!(job.advance.is_some() && job.cursor.is_none());
         // After the interval, any due advance makes a job.
         t.output(None, &"z".repeat(CAP));
