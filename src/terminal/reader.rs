@@ -132,11 +132,8 @@ pub(crate) async fn run(reader: PtyReader, pipeline: OutputPipeline, tx: EventSe
             return;
         }
         let events = pipeline.finish();
-        if !events.is_empty() {
-            let sent = reader.until_killed(tx.send(TerminalEvent::Output(events)));
-            if !matches!(sent.await, Some(Ok(()))) {
-                return;
-            }
+        if !events.is_empty() && !send(&mut reader, &tx, TerminalEvent::Output(events)).await {
+            return;
         }
         let _ = tx.send(TerminalEvent::Eof).await;
         (reader, pipeline)
@@ -179,14 +176,8 @@ async fn read_until_end(
             // EIO is how Linux reports that the last process holding the pty slave is gone.
             Err(_) => return Some((reader, pipeline, End::Eof)),
         };
-        if !events.is_empty() {
-            match reader
-                .until_killed(tx.send(TerminalEvent::Output(events)))
-                .await
-            {
-                Some(Ok(())) => {}
-                Some(Err(_)) | None => return Some((reader, pipeline, End::Gone)),
-            }
+        if !events.is_empty() && !send(&mut reader, tx, TerminalEvent::Output(events)).await {
+            return Some((reader, pipeline, End::Gone));
         }
         large = if read_bytes >= FLOOD_READ_BYTES {
             large + 1
@@ -208,10 +199,11 @@ async fn read_until_end(
                 (reader, pipeline) = (back, back_pipeline);
                 match how {
                     Flood::Idle => {}
-                    Flood::Full(event) => match reader.until_killed(tx.send(event)).await {
-                        Some(Ok(())) => {}
-                        Some(Err(_)) | None => return Some((reader, pipeline, End::Gone)),
-                    },
+                    Flood::Full(event) => {
+                        if !send(&mut reader, tx, event).await {
+                            return Some((reader, pipeline, End::Gone));
+                        }
+                    }
                     Flood::End(end) => return Some((reader, pipeline, end)),
                 }
                 continue;
@@ -221,6 +213,12 @@ async fn read_until_end(
         // the worker's other tasks run now and then.
         tokio::task::consume_budget().await;
     }
+}
+
+/// Hands `event` to the host, waiting for room in the hand-off; false if the receiver is
+/// gone or the terminal was killed meanwhile.
+async fn send(reader: &mut PtyReader, tx: &EventSender, event: TerminalEvent) -> bool {
+    matches!(reader.until_killed(tx.send(event)).await, Some(Ok(())))
 }
 
 /// How a flood thread handed its terminal back.
