@@ -17,7 +17,7 @@
 //! Touches only the pty master it owns; knows nothing of AHP.
 
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc as std_mpsc;
 use std::sync::Arc;
@@ -151,6 +151,25 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
 }
 
+/// One `read(2)` of the pty master into this thread's read buffer (at most
+/// [`READ_BUFFER_BYTES`]): `Some` with what `parse` makes of the bytes, `None` at end of file.
+/// Errors: those of `read(2)` (`EAGAIN` when it has nothing, `EIO` once the last process
+/// holding the slave is gone).
+fn read_once<R>(master: &PtyMaster, parse: impl FnOnce(&[u8]) -> R) -> io::Result<Option<R>> {
+    READ_BUFFER.with_borrow_mut(|buf| {
+        if buf.len() < READ_BUFFER_BYTES {
+            buf.resize(READ_BUFFER_BYTES, 0);
+        }
+        // SAFETY: reads at most buf.len() bytes into buf; `master` owns the open descriptor.
+        let n = unsafe { libc::read(master.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        match n {
+            n if n < 0 => Err(io::Error::last_os_error()),
+            0 => Ok(None),
+            n => Ok(Some(parse(&buf[..n as usize]))),
+        }
+    })
+}
+
 /// How long [`PtyReader::read_blocking_with`] waits in `poll(2)` before it looks at the stop
 /// signal again: the most a stop waits for a reader that waits for output on a thread.
 pub(crate) const STOP_CHECK: std::time::Duration = std::time::Duration::from_millis(10);
@@ -207,22 +226,7 @@ impl PtyReader {
                 _ = stopped(&mut self.stop) => return Ok(None),
                 guard = self.io.fd.readable() => guard?,
             };
-            let read = guard.try_io(|m| {
-                READ_BUFFER.with_borrow_mut(|buf| {
-                    if buf.len() < READ_BUFFER_BYTES {
-                        buf.resize(READ_BUFFER_BYTES, 0);
-                    }
-                    // SAFETY: reads at most buf.len() bytes into buf.
-                    let n = unsafe {
-                        libc::read(m.get_ref().as_raw_fd(), buf.as_mut_ptr().cast(), buf.len())
-                    };
-                    match n {
-                        n if n < 0 => Err(io::Error::last_os_error()),
-                        0 => Ok(None),
-                        n => Ok(Some(parse(&buf[..n as usize]))),
-                    }
-                })
-            });
+            let read = guard.try_io(|m| read_once(m.get_ref(), &mut parse));
             match read {
                 Ok(Ok(r)) => return Ok(Some(r)),
                 Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -250,27 +254,9 @@ impl PtyReader {
             if *self.stop.borrow() {
                 return Ok(BlockingRead::Stopped);
             }
-            let read = READ_BUFFER.with_borrow_mut(|buf| {
-                if buf.len() < READ_BUFFER_BYTES {
-                    buf.resize(READ_BUFFER_BYTES, 0);
-                }
-                // SAFETY: reads at most buf.len() bytes into buf; the descriptor is open while
-                // `self.io` is.
-                let n = unsafe {
-                    libc::read(
-                        self.io.master().as_raw_fd(),
-                        buf.as_mut_ptr().cast(),
-                        buf.len(),
-                    )
-                };
-                match n {
-                    n if n < 0 => Err(io::Error::last_os_error()),
-                    0 => Ok(BlockingRead::Eof),
-                    n => Ok(BlockingRead::Read(parse(&buf[..n as usize]))),
-                }
-            });
-            match read {
-                Ok(r) => return Ok(r),
+            match read_once(self.io.master(), &mut parse) {
+                Ok(Some(r)) => return Ok(BlockingRead::Read(r)),
+                Ok(None) => return Ok(BlockingRead::Eof),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(e) => return Err(e),
@@ -283,9 +269,7 @@ impl PtyReader {
             // Measured, not counted: a `poll` that says readable while `read` finds nothing
             // still ends in `Idle`.
             let slice = STOP_CHECK.min(idle - waited);
-            // SAFETY: the descriptor is open while `self.io` is.
-            let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(self.io.master().as_raw_fd()) };
-            let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
+            let mut fds = [PollFd::new(self.io.master().as_fd(), PollFlags::POLLIN)];
             let timeout = PollTimeout::try_from(slice).unwrap_or(PollTimeout::MAX);
             // Readable, hung up (the next read says so), timed out, interrupted or failed: read
             // (or look at the stop) again either way.

@@ -8,7 +8,7 @@
 //! Touches only the descriptor it owns.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
 /// The master side of a pseudo-terminal, owned (closed on drop, close-on-exec).
 #[derive(Debug)]
@@ -77,6 +77,12 @@ impl PtyMaster {
 impl AsRawFd for PtyMaster {
     fn as_raw_fd(&self) -> RawFd {
         self.0.as_raw_fd()
+    }
+}
+
+impl AsFd for PtyMaster {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.0.as_fd()
     }
 }
 
