@@ -1,10 +1,10 @@
 //! Flow-control benchmarks for ahpty (not run by `cargo test`): throughput and CPU per MB
 //! against a raw pty, echo latency, memory under a stalled flood and per idle terminal, a fast
 //! viewer beside a stalled one, fan-out (with and without a stalled viewer), CPU with many
-//! chatty terminals and with many paused ones, what the terminal model costs (throughput
-//! of escape-heavy output and of lines ending in bare LFs, snapshot time, idle memory), what the transcript store costs
-//! (throughput, CPU and disk bytes with persistence on and off) and how long a live upgrade
-//! stops the daemon. Results and how to read them: docs/performance.md.
+//! chatty terminals and with many paused ones, what the terminal model costs (throughput of
+//! escape-heavy output and of lines ending in bare LFs, snapshot time, idle memory), what the
+//! transcript store costs (throughput, CPU and disk bytes with persistence on and off) and how
+//! long a live upgrade stops the daemon. Results and how to read them: docs/performance.md.
 //!
 //! ```text
 //! cargo bench --bench flow                      # everything
@@ -13,12 +13,14 @@
 //! Environment: `FLOW_BENCH_FILE_MIB` (default 256), `FLOW_BENCH_STALL_SECS` (60),
 //! `FLOW_BENCH_STALLED_SECS` (60), `FLOW_BENCH_IDLE_TERMINALS` (100), `FLOW_BENCH_FANOUT` (32),
 //! `FLOW_BENCH_SCALE` (256), `FLOW_BENCH_PAUSED` (256), `FLOW_BENCH_MODEL_MIB` (64),
-//! `FLOW_BENCH_MODEL_TERMINALS` (50), `FLOW_BENCH_SNAPSHOTS` (30), `FLOW_BENCH_PERSIST_CHATTY` (64),
-//! `FLOW_BENCH_UPGRADE_TERMINALS` (16), `FLOW_BENCH_UPGRADES` (10), `FLOW_BENCH_ROUNDS` (2: rounds
-//! of `throughput`, `model` and `persist`, whose medians they print at the end). Each benchmark prints
-//! the daemon's pid on stderr (`daemon pid N: …`), so a profiler can be attached to it. The
-//! daemons run with their default settings, so with transcripts on, in the benchmark's
-//! temporary `$HOME`, unless a case says otherwise.
+//! `FLOW_BENCH_MODEL_TERMINALS` (50), `FLOW_BENCH_SNAPSHOTS` (30), `FLOW_BENCH_MODEL_ONLY`
+//! (every output; a part of an output's name, such as `full-screen`, runs only that one),
+//! `FLOW_BENCH_PERSIST_CHATTY` (64), `FLOW_BENCH_UPGRADE_TERMINALS` (16),
+//! `FLOW_BENCH_UPGRADES` (10), `FLOW_BENCH_ROUNDS` (2: rounds of `throughput`, `model` and
+//! `persist`, whose medians they print at the end). Each benchmark prints the daemon's pid on
+//! stderr (`daemon pid N: …`), so a profiler can be attached to it. The daemons run with their
+//! default settings, so with transcripts on, in the benchmark's temporary `$HOME`, unless a
+//! case says otherwise.
 
 #[path = "../tests/it/support/mod.rs"]
 mod support;
@@ -106,6 +108,31 @@ fn cpu_secs(pid: u32) -> (f64, f64) {
     let tick = ticks_per_second() as f64;
     let field = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0) / tick;
     (field(11), field(12))
+}
+
+/// The machine's CPU time so far, (busy, all), in `/proc/stat` ticks summed over its cores:
+/// the difference of two readings over the elapsed ticks of one core is how many cores were
+/// busy in between.
+fn machine_ticks() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let ticks: Vec<u64> = stat
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    let all: u64 = ticks.iter().sum();
+    // idle and iowait
+    let idle = ticks.get(3).copied().unwrap_or(0) + ticks.get(4).copied().unwrap_or(0);
+    (all - idle, all)
+}
+
+/// Cores busy between two [`machine_ticks`] readings (0 to the number of cores).
+fn cores_busy(a: (u64, u64), b: (u64, u64)) -> f64 {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    (b.0 - a.0) as f64 / (b.1 - a.1).max(1) as f64 * cores
 }
 
 /// (user, system) CPU seconds used by the calling thread so far.
@@ -487,8 +514,13 @@ async fn model() {
         ("full-screen", make_tui(dir.path(), size), false),
         ("bare line feeds", make_file(dir.path(), size), true),
     ];
+    // FLOW_BENCH_MODEL_ONLY=full-screen (a substring of an output's name): only that output's
+    // transfers, for profiling one kind of output.
+    let only = std::env::var("FLOW_BENCH_MODEL_ONLY").unwrap_or_default();
     println!("\n## model: throughput of escape-heavy output and of bare line feeds ({size} MiB, default flags)\n");
-    println!("| run | output | raw pty MB/s | floor, one thread: MB/s (ratio; CPU ms per MB) | floor, pipelined | ahpty MB/s | ratio | daemon CPU ms per MB |");
+    // Cores busy: how much of the machine's CPU was in use during the transfer (everything
+    // that ran: the program, the kernel's tty work, the reader, the daemon, the client).
+    println!("| run | output | raw pty MB/s (cores busy) | floor, one thread: MB/s (ratio; CPU ms per MB) | floor, pipelined | ahpty MB/s (cores busy) | ratio | daemon CPU ms per MB |");
     println!("|---|---|---|---|---|---|---|---|");
     let d = Daemon::start();
     announce(&d, "model");
@@ -499,6 +531,9 @@ async fn model() {
     let mut medians = Medians::default();
     for round in 0..rounds() {
         for (name, file, bare) in &files {
+            if !name.contains(only.as_str()) {
+                continue;
+            }
             let path = file.to_str().unwrap();
             let bare_cat = format!("stty -onlcr; exec cat {path}");
             let argv: &[&str] = if *bare {
@@ -506,8 +541,11 @@ async fn model() {
             } else {
                 &["cat", path]
             };
+            let m0 = machine_ticks();
             let (raw_bytes, _, raw_t) = raw_pty_read(argv);
+            let raw_busy = cores_busy(m0, machine_ticks());
             let raw = mb_per_s(raw_bytes, raw_t);
+            medians.add(&format!("{name}: raw pty: cores busy"), raw_busy);
             let mut floors = String::new();
             for pipelined in [false, true] {
                 let (b, el, cpu) = forward_floor(argv, pipelined).await;
@@ -522,6 +560,7 @@ async fn model() {
             }
             let before = c.data_len.get(&t).copied().unwrap_or(0);
             let (u0, s0) = cpu_secs(d.pid());
+            let m0 = machine_ticks();
             let t0 = Instant::now();
             let marker = format!("m-end-{round}{name}");
             let command = if *bare {
@@ -533,14 +572,16 @@ async fn model() {
             c.wait_data(&t, &format!("{marker}-42"), Duration::from_secs(600))
                 .await;
             let el = t0.elapsed();
+            let busy = cores_busy(m0, machine_ticks());
             let (u1, s1) = cpu_secs(d.pid());
             let bytes = (c.data_len[&t] - before) as u64;
             let rate = mb_per_s(bytes, el);
             println!(
-                "| #{round} | {name} | {raw:.1} |{floors} {rate:.1} | **{:.2}** | {:.2} |",
+                "| #{round} | {name} | {raw:.1} ({raw_busy:.2}) |{floors} {rate:.1} ({busy:.2}) | **{:.2}** | {:.2} |",
                 rate / raw,
                 (u1 - u0 + s1 - s0) * 1e3 / (bytes as f64 / 1e6)
             );
+            medians.add(&format!("{name}: ahpty: cores busy"), busy);
             medians.add(&format!("{name}: ahpty: ratio"), rate / raw);
             medians.add(
                 &format!("{name}: ahpty: CPU ms per MB"),
