@@ -324,7 +324,17 @@ impl Model {
 
 /// A character clients attach to the previous cell instead of giving it one.
 fn is_zero_width(c: char) -> bool {
-    c >= '\u{300}' && c.width() == Some(0)
+    cells(c).is_none()
+}
+
+/// The cells avt gives a character the model feeds it (1 or 2); `None` for one it keeps out
+/// ([`is_zero_width`]: zero width, from U+0300 on).
+fn cells(c: char) -> Option<usize> {
+    match c.width() {
+        Some(0) if c >= '\u{300}' => None,
+        Some(2) => Some(2),
+        _ => Some(1),
+    }
 }
 
 /// avt's dump in the form clients implement: `?1047` (which alacritty and some others

@@ -28,8 +28,6 @@
 //!
 //! Pure functions over bytes; touches nothing.
 
-use unicode_width::UnicodeWidthChar;
-
 /// Longest SGR recognised as a reset in [`net_pen`] (longer ones are applied as they are).
 const MAX_RESET_SGR_BYTES: usize = 32;
 
@@ -489,10 +487,10 @@ fn paint_token(text: &str, i: usize, cols: usize, rows: usize) -> (Paint, usize)
     let Some(ch) = text[i..].chars().next() else {
         return (Paint::End, i);
     };
-    if ('\u{80}'..='\u{9f}').contains(&ch) || super::is_zero_width(ch) {
-        return (Paint::End, i);
-    }
-    let width = if ch.width().unwrap_or(1) == 2 { 2 } else { 1 };
+    let width = match super::cells(ch) {
+        Some(w) if !('\u{80}'..='\u{9f}').contains(&ch) => w,
+        _ => return (Paint::End, i),
+    };
     (Paint::Char(width), i + ch.len_utf8())
 }
 
