@@ -1,6 +1,8 @@
 //! What every specification module shares: the [`spec!`] and [`measured!`] test macros, the
 //! suite lock that keeps measuring tests alone, and the helpers below, one job each.
 //!
+//! - [`bystander`]: a client that measures ping, echo and new-connection round trips during an
+//!   attack.
 //! - [`daemon`]: a real `ahpty serve` on a free port (one builder for every variant).
 //! - [`cli`]: running `ahpty` client subcommands to completion or while they run.
 //! - [`procfs`]: what `/proc` says about the daemon and its terminals' processes.
@@ -13,6 +15,7 @@
 // The benchmarks include this module too and use only part of it.
 #![allow(dead_code, unused_imports)]
 
+pub mod bystander;
 pub mod check;
 pub mod cli;
 pub mod daemon;
@@ -22,6 +25,7 @@ pub mod text;
 pub mod typed;
 pub mod wait;
 
+pub use bystander::*;
 pub use check::*;
 pub use cli::*;
 pub use daemon::*;
