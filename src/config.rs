@@ -69,6 +69,9 @@ pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 /// Default most terminals at once.
 pub const DEFAULT_MAX_TERMINALS: usize = 512;
 
+/// Default most exited terminals kept (restored from transcripts or exited while running).
+pub const DEFAULT_MAX_EXITED_TERMINALS: usize = 64;
+
 /// Default most subscriptions per connection.
 pub const DEFAULT_MAX_SUBSCRIPTIONS: usize = 1024;
 
@@ -476,6 +479,11 @@ settings! {
     max_message_bytes: usize = DEFAULT_MAX_MESSAGE_BYTES, limit |v| at_least(*v, MIN_MESSAGE_BYTES);
     /// Most terminals at once (createTerminal beyond it: -32603; at least 1).
     max_terminals: usize = DEFAULT_MAX_TERMINALS, limit |v| positive(*v);
+    /// Most exited terminals kept, besides the running ones (at least 1): those restored from
+    /// transcripts at start and those whose program exited. Past it the one that exited
+    /// first is disposed (transcript deleted), with a log line; exited terminals never count
+    /// toward max_terminals.
+    max_exited_terminals: usize = DEFAULT_MAX_EXITED_TERMINALS, limit |v| positive(*v);
     /// Most subscriptions per connection (subscribe beyond it: -32603; at least 1).
     max_subscriptions: usize = DEFAULT_MAX_SUBSCRIPTIONS, limit |v| positive(*v);
     /// Most simultaneous WebSocket connections (more get HTTP 503; at least 1).
@@ -1436,6 +1444,7 @@ impl Settings {
             lag_limit_bytes: self.lag_limit_bytes.value,
             max_message_bytes: self.max_message_bytes.value,
             max_terminals: self.max_terminals.value,
+            max_exited_terminals: self.max_exited_terminals.value,
             max_subscriptions: self.max_subscriptions.value,
             agent_env: agent_env(!self.no_agent_env.value, &self.agent_env.value),
             report_colors: self.report_colors.value,
@@ -1680,8 +1689,12 @@ pub struct Config {
     pub lag_limit_bytes: usize,
     /// Largest incoming WebSocket message, in bytes (larger → close code 1009).
     pub max_message_bytes: usize,
-    /// Most terminals the host runs at once (createTerminal beyond it → -32603).
+    /// Most terminals the host runs at once (createTerminal beyond it → -32603); exited
+    /// terminals do not count.
     pub max_terminals: usize,
+    /// Most exited terminals kept (restored or exited live); past it the one that exited
+    /// first is disposed.
+    pub max_exited_terminals: usize,
     /// Most subscriptions one connection may hold (subscribe beyond it → -32603).
     pub max_subscriptions: usize,
     /// Variables set in agent terminals (created with a session claim) only; see
@@ -1740,6 +1753,7 @@ impl Default for Config {
             lag_limit_bytes: DEFAULT_LAG_LIMIT_BYTES,
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             max_terminals: DEFAULT_MAX_TERMINALS,
+            max_exited_terminals: DEFAULT_MAX_EXITED_TERMINALS,
             max_subscriptions: DEFAULT_MAX_SUBSCRIPTIONS,
             agent_env: agent_env(true, &[]),
             report_colors: ReportColors::default(),

@@ -236,6 +236,8 @@ struct ServeArgs {
     max_message_bytes: Option<usize>,
     #[arg(long, value_name = "N", help = help("max_terminals"), value_parser = parse_flag::<usize>)]
     max_terminals: Option<usize>,
+    #[arg(long, value_name = "N", help = help("max_exited_terminals"), value_parser = parse_flag::<usize>)]
+    max_exited_terminals: Option<usize>,
     #[arg(long, value_name = "N", help = help("max_subscriptions"), value_parser = parse_flag::<usize>)]
     max_subscriptions: Option<usize>,
     #[arg(long, value_name = "N", help = help("max_connections"), value_parser = parse_flag::<usize>)]
@@ -317,6 +319,7 @@ impl ServeArgs {
             lag_limit_bytes,
             max_message_bytes,
             max_terminals,
+            max_exited_terminals,
             max_subscriptions,
             max_connections,
             handshake_timeout,

@@ -66,6 +66,15 @@ impl HostError {
         )
     }
 
+    /// [`ErrorKind::AlreadyExists`] for the terminal `uri`, with what it is and what to do
+    /// (`why`, e.g. "it has exited, …").
+    pub fn already_exists_because(uri: &str, why: &str) -> Self {
+        Self::new(
+            ErrorKind::AlreadyExists,
+            format!("terminal already exists: {uri}; {why}"),
+        )
+    }
+
     /// [`ErrorKind::Internal`].
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::Internal, message)

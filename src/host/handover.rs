@@ -416,6 +416,7 @@ fn entry(
             .transcript
             .as_ref()
             .and_then(|(key, since)| persist::Transcript::from_image(key, *since)),
+        exited_at: 0,
     }
 }
 

@@ -25,6 +25,7 @@ mod actions;
 pub(crate) mod catalog;
 pub(crate) mod channel;
 pub(crate) mod error;
+mod exited;
 mod flow;
 pub mod handover;
 pub(crate) mod history;
@@ -177,6 +178,11 @@ struct TerminalEntry {
     screen: screen::Screen,
     /// Its transcript in the store (`None` without persistence).
     transcript: Option<persist::Transcript>,
+    /// The `serverSeq` at which its `terminal/exited` was emitted: with the serial, the order
+    /// in which exited terminals are disposed past `--max-exited-terminals` (see
+    /// `terminals.rs`). 0 while it runs, and for one restored from a transcript or adopted
+    /// in a live upgrade already exited (they count as exited before any other).
+    exited_at: u64,
 }
 
 impl Host {
@@ -209,7 +215,7 @@ impl Host {
                 tracing::info!(
                     "transcripts in {}: {} terminals restored ({} KiB, read in {} ms)",
                     o.store.dir().display(),
-                    o.restored.len(),
+                    o.restored.len().min(config.max_exited_terminals),
                     o.bytes / 1024,
                     o.took.as_millis()
                 );
@@ -257,7 +263,8 @@ impl Host {
                 seq_renew_at: base.saturating_add(crate::store::SEQ_MARGIN / 2),
             }),
         });
-        host.lock().restore(restored, config.history_bytes);
+        host.lock()
+            .restore(restored, config.history_bytes, config.max_exited_terminals);
         host
     }
 

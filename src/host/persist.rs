@@ -12,7 +12,8 @@
 //!
 //! Restored terminals have no process: they come back exited with no exit code (unless they
 //! had already exited), keep their URI, claim, holder, size and content, and are disposed,
-//! reaped and listed like any exited terminal.
+//! reaped and listed like any exited terminal. At most `--max-exited-terminals` come back
+//! (the most recently created); the older transcripts are deleted.
 //!
 //! May touch: the store's queue (never its files) and the terminal entries it is given, under
 //! the host lock.
@@ -200,9 +201,21 @@ impl Inner {
 
     /// Adds the terminals read back from the store, oldest first: exited (with no exit code if
     /// they were running), no process, their content trimmed to the scrollback, histories
-    /// starting now. Their orphan clocks start (no client is connected yet).
-    pub(super) fn restore(&mut self, restored: Vec<store::Restored>, history_bytes: usize) {
+    /// starting now. Their orphan clocks start (no client is connected yet). At most
+    /// `max_exited` (`--max-exited-terminals`) come back, the most recently created: the
+    /// transcripts of the older ones are deleted, in one log line.
+    pub(super) fn restore(
+        &mut self,
+        mut restored: Vec<store::Restored>,
+        history_bytes: usize,
+        max_exited: usize,
+    ) {
         let cap = self.scrollback_bytes;
+        let over = restored.len().saturating_sub(max_exited);
+        if over > 0 {
+            let evicted: Vec<store::Restored> = restored.drain(..over).collect();
+            self.evict_restored(evicted, max_exited);
+        }
         let mut any = false;
         for r in restored {
             let Meta {
@@ -251,6 +264,7 @@ impl Inner {
                         key: r.key,
                         since_checkpoint,
                     }),
+                    exited_at: 0,
                 },
             );
             any = true;
@@ -259,6 +273,30 @@ impl Inner {
             self.refresh_orphans();
             self.emit_root_terminals();
         }
+    }
+
+    /// Deletes the transcripts of restored terminals that do not come back, being older than
+    /// the `max_exited` newest (their deletion is queued; nothing waits for it), and says so
+    /// in one line naming the first few.
+    fn evict_restored(&mut self, evicted: Vec<store::Restored>, max_exited: usize) {
+        if let Some(store) = &self.store {
+            for r in &evicted {
+                drop(store.remove(&r.key));
+            }
+        }
+        let mut named: Vec<&str> = evicted.iter().take(3).map(|r| r.meta.uri.as_str()).collect();
+        let more = evicted.len().saturating_sub(named.len());
+        let more = format!("and {more} more");
+        if evicted.len() > named.len() {
+            named.push(&more);
+        }
+        tracing::warn!(
+            "{} exited terminals restored from transcripts are over --max-exited-terminals \
+             ({max_exited}): the oldest were disposed of and their transcripts deleted ({}); \
+             the newest {max_exited} are kept",
+            evicted.len(),
+            named.join(", ")
+        );
     }
 
     /// Raises the `serverSeq` high-water mark on disk once half of its margin is used.

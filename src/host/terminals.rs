@@ -62,9 +62,10 @@ impl Host {
     ///
     /// Errors: invalid params (-32602: channel, claim, cwd form or permission, size, a `name`
     /// over 4096 characters; control characters are removed from it), already exists (-32010:
-    /// the URI, decision D1), not found (-32008: the cwd), internal (-32603: the shell cannot be
-    /// started — nothing is left registered —, the terminal limit, a connection that is
-    /// closing).
+    /// the URI, decision D1; for an exited terminal the message says so and how to dispose of
+    /// it), not found (-32008: the cwd), internal (-32603: the shell cannot be started —
+    /// nothing is left registered —, `--max-terminals` running terminals, which exited ones do
+    /// not count toward, a connection that is closing).
     pub async fn create_terminal(
         self: &Arc<Self>,
         conn: ConnId,
@@ -104,14 +105,11 @@ impl Host {
                 return Err(HostError::internal("ahpty is upgrading; retry in a moment"));
             }
             if inner.terminals.contains_key(&uri) || inner.spawning.contains(&uri) {
-                return Err(HostError::already_exists(&uri));
+                return Err(inner.exists_error(&uri));
             }
-            if inner.terminals.len() + inner.spawning.len() >= self.config.max_terminals {
-                return Err(HostError::internal(format!(
-                    "terminal limit reached: this host runs at most {} terminals \
-                     (--max-terminals); dispose one first",
-                    self.config.max_terminals
-                )));
+            // Exited terminals have their own bound (`exited.rs`).
+            if inner.running_terminals() >= self.config.max_terminals {
+                return Err(inner.limit_error(self.config.max_terminals));
             }
             // A connection superseded by a reconnect may still be finishing a request.
             let Some(me) = inner
@@ -201,6 +199,7 @@ impl Host {
                     info_json: None,
                     screen,
                     transcript: None,
+                    exited_at: 0,
                 },
             );
             inner.persist_new(&uri);
@@ -351,8 +350,8 @@ impl Host {
     }
 
     /// The process of the terminal at `uri` numbered `serial` exited: `terminal/exited`, then
-    /// the root update.
-    pub(super) fn apply_exited(&self, uri: &str, serial: u64, exit_code: Option<i64>) {
+    /// the root update, then the exited terminals over `--max-exited-terminals` go.
+    pub(super) fn apply_exited(self: &Arc<Self>, uri: &str, serial: u64, exit_code: Option<i64>) {
         let mut inner = self.lock();
         if inner.terminals.get(uri).is_none_or(|t| t.serial != serial) {
             return;
@@ -364,6 +363,7 @@ impl Host {
             None,
         );
         inner.emit_root_terminals();
+        self.exited_now(&mut inner, uri);
     }
 }
 
