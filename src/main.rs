@@ -1009,7 +1009,7 @@ enum ClientCommand {
     /// Type text into a terminal.
     #[command(long_about = SEND_ABOUT, after_help = CLIENT_AFTER_HELP)]
     Send(SendArgs),
-    /// Dispose of a terminal (its processes are killed).
+    /// Dispose of a terminal (its processes are killed), or of every exited one.
     #[command(long_about = KILL_ABOUT, after_help = CLIENT_AFTER_HELP)]
     Kill(KillArgs),
     /// Run a command in a fresh terminal; its output on stdout, its exit status as ours.
@@ -1090,11 +1090,19 @@ signal N ended it); 1 the daemon refused, the terminal was disposed, or no termi
 no daemon reachable or a usage error; 255 the connection was lost.";
 
 const KILL_ABOUT: &str = "Dispose of a terminal: its shell and everything running in it get \
-SIGHUP, then SIGKILL after the daemon's kill_grace; it disappears from `ahpty ls`.
+SIGHUP, then SIGKILL after the daemon's kill_grace; it disappears from `ahpty ls`, and its \
+transcript is deleted.
+
+With --exited, dispose of every exited terminal at once (those restored after a restart and \
+those whose program exited; running ones are left alone), printing one line for each \
+(`disposed of 3 \"build\" ahp-terminal:/…`); --dry-run prints them (`would dispose of …`) and \
+keeps them.
 
 Examples:
   ahpty kill build
-  ahpty kill 3";
+  ahpty kill 3
+  ahpty kill --exited --dry-run
+  ahpty kill --exited";
 
 const LOGS_ABOUT: &str = "Print a terminal's retained output (its scrollback, raw terminal \
 output with escape sequences), then with --follow its live output until it exits. --plain \
@@ -1191,8 +1199,15 @@ struct SendArgs {
 
 #[derive(clap::Args)]
 struct KillArgs {
-    #[arg(value_name = "TERMINAL", help = TERMINAL_HELP)]
-    terminal: String,
+    #[arg(value_name = "TERMINAL", help = TERMINAL_HELP, required_unless_present = "exited", conflicts_with = "exited")]
+    terminal: Option<String>,
+    /// Dispose of every exited terminal (restored from transcripts, or whose program exited)
+    /// instead of one; running terminals are left alone. Prints one line per terminal.
+    #[arg(long)]
+    exited: bool,
+    /// With --exited: print the terminals that would be disposed of, and keep them.
+    #[arg(long, requires = "exited")]
+    dry_run: bool,
     #[command(flatten)]
     target: TargetArgs,
 }
@@ -1251,9 +1266,10 @@ fn client_main(command: ClientCommand, token: Option<String>) -> ExitCode {
             ClientCommand::Send(a) => {
                 client::send::send(&target(&a.target)?, token, &a.terminal, &a.text, a.enter).await
             }
-            ClientCommand::Kill(a) => {
-                client::kill::kill(&target(&a.target)?, token, &a.terminal).await
-            }
+            ClientCommand::Kill(a) => match &a.terminal {
+                Some(t) => client::kill::kill(&target(&a.target)?, token, t).await,
+                None => client::kill::kill_exited(&target(&a.target)?, token, a.dry_run).await,
+            },
             ClientCommand::Run(a) => {
                 let opts = client::run::RunOptions {
                     cwd: a.cwd,

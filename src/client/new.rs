@@ -3,8 +3,10 @@
 //! there is one; print its URI on stdout (or, with `--attach`, attach to it at once).
 //!
 //! A `--name` is the terminal's title for good (escape sequences from its programs do not
-//! change it), so `ahpty send NAME` keeps finding it. A name another terminal already has
-//! is refused (exit 1) unless `--force`: selecting by that name would be ambiguous.
+//! change it), so `ahpty send NAME` keeps finding it. A name a running terminal already has
+//! is refused (exit 1) unless `--force`: selecting by that name would be ambiguous. A name
+//! only exited terminals have is taken over: once the new terminal exists they are disposed
+//! of (one line on stderr for each), so the name selects the new one.
 //!
 //! Its URI is `ahp-terminal:/<UUID v4>`; its cwd defaults to the current directory. Like any
 //! terminal whose holder has no connection, it is disposed after the daemon's
@@ -19,7 +21,9 @@ use serde_json::json;
 
 use super::attach::{attach_to, AttachOptions};
 use super::connect::{CLIENT_ID, ROOT};
-use super::{run, tty, Conn, Failure, Outcome, Target};
+use super::kill::is_exited;
+use super::{remote, run, tty, Conn, Failure, Outcome, Target};
+use crate::host::catalog::TerminalSummary;
 
 /// What `new` creates.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -42,16 +46,24 @@ pub async fn new(target: &Target, token: Option<&str>, opts: &NewOptions) -> Out
     }
     .map_err(|e| Failure::failed(format!("cannot determine the working directory: {e}")))?;
     let mut conn = Conn::open(target, token, &[ROOT]).await?;
+    // Exited terminals with this name: disposed of once the new one exists.
+    let mut namesakes: Vec<TerminalSummary> = Vec::new();
     if let (Some(name), false) = (&opts.name, opts.force) {
         let listing = conn.list().await?;
-        if let Some(t) = listing.terminals.iter().find(|t| &t.title == name) {
+        let (exited, running): (Vec<_>, Vec<_>) = listing
+            .terminals
+            .into_iter()
+            .filter(|t| &t.title == name)
+            .partition(is_exited);
+        if let Some(t) = running.first() {
             conn.close().await;
             return Err(Failure::failed(format!(
-                "terminal {} ({}) is already named {name:?}: pick another --name, dispose of \
-                 it first (`ahpty kill {}`), or pass --force to have two",
+                "terminal {} ({}) is already named {name:?} and is running: pick another \
+                 --name, dispose of it first (`ahpty kill {}`), or pass --force to have two",
                 t.id, t.resource, t.id
             )));
         }
+        namesakes = exited;
     }
     let uri = format!("ahp-terminal:/{}", uuid::Uuid::new_v4());
     let mut params = json!({
@@ -67,6 +79,25 @@ pub async fn new(target: &Target, token: Option<&str>, opts: &NewOptions) -> Out
         params["rows"] = json!(rows);
     }
     run::create(&mut conn, params, &cwd, opts.cwd.is_some()).await?;
+    for t in &namesakes {
+        // Gone already (disposed of or reaped meanwhile) is as good as disposed of.
+        if let Err(e) = remote::dispose(&mut conn, &t.resource).await {
+            if !e.message.contains("terminal not found") {
+                eprintln!(
+                    "ahpty: could not dispose of exited terminal {} ({}), also named {:?}: {}",
+                    t.id,
+                    t.resource,
+                    t.title,
+                    super::one_line(&e.message)
+                );
+                continue;
+            }
+        }
+        eprintln!(
+            "ahpty: disposed of exited terminal {} ({}), which had the name {:?}",
+            t.id, t.resource, t.title
+        );
+    }
     match &opts.attach {
         Some(a) => {
             // Without a terminal, attach pipes the terminal's output to stdout: the URI goes

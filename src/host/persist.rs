@@ -284,7 +284,11 @@ impl Inner {
                 drop(store.remove(&r.key));
             }
         }
-        let mut named: Vec<&str> = evicted.iter().take(3).map(|r| r.meta.uri.as_str()).collect();
+        let mut named: Vec<&str> = evicted
+            .iter()
+            .take(3)
+            .map(|r| r.meta.uri.as_str())
+            .collect();
         let more = evicted.len().saturating_sub(named.len());
         let more = format!("and {more} more");
         if evicted.len() > named.len() {
