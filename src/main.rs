@@ -1166,8 +1166,9 @@ struct NewArgs {
     /// shell's name, then what its programs set].
     #[arg(long, value_name = "NAME")]
     name: Option<String>,
-    /// Create the terminal even when another one already has this --name (selecting by the
-    /// name is then ambiguous; use numbers or URIs).
+    /// Create the terminal even when a running one already has this --name (selecting by the
+    /// name is then ambiguous; use numbers or URIs). Without it, exited terminals with this
+    /// name are disposed of once the new one exists.
     #[arg(long, requires = "name")]
     force: bool,
     /// Working directory [default: the current directory].
