@@ -1207,7 +1207,7 @@ struct KillArgs {
     #[arg(long)]
     exited: bool,
     /// With --exited: print the terminals that would be disposed of, and keep them.
-    #[arg(long, requires = "exited")]
+    #[arg(long, requires = "exited", conflicts_with = "terminal")]
     dry_run: bool,
     #[command(flatten)]
     target: TargetArgs,

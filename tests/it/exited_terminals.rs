@@ -346,3 +346,23 @@ spec!(
             .is_some());
     }
 );
+
+spec!(kill_exited_usage_is_checked_and_documented, {
+    let home = tempfile::tempdir().unwrap();
+    for args in [
+        &["kill", "--dry-run"][..],
+        &["kill", "--dry-run", "3"],
+        &["kill", "--exited", "3"],
+        &["kill"],
+    ] {
+        let out = run_cli(cli_command(home.path(), args), CLI_TIMEOUT);
+        assert_eq!(out.code, Some(2), "{args:?}: {out:?}");
+    }
+    let out = run_cli(cli_command(home.path(), &["kill", "--help"]), CLI_TIMEOUT);
+    assert!(
+        out.stdout.contains("--exited") && out.stdout.contains("--dry-run"),
+        "{out:?}"
+    );
+    let out = run_cli(cli_command(home.path(), &["serve", "--help"]), CLI_TIMEOUT);
+    assert!(out.stdout.contains("--max-exited-terminals"), "{out:?}");
+});
