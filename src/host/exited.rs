@@ -12,6 +12,10 @@ use std::sync::Arc;
 use ahp_types::state::TerminalLifecycleState;
 
 use super::persist::Removed;
+use crate::codec::clip;
+
+/// Most bytes of a URI quoted in an error message (longer ones are clipped, with `…`).
+const SHOWN_URI_BYTES: usize = 256;
 use super::{Host, HostError, Inner, TerminalEntry};
 
 impl TerminalEntry {
@@ -45,6 +49,8 @@ impl Inner {
     /// `createTerminal` on the URI of an existing terminal (-32010): for an exited one, that
     /// it has exited and how to free the URI.
     pub(super) fn exists_error(&self, uri: &str) -> HostError {
+        // The hint must survive rpc's clipping of messages to 1 KiB, whatever the URI's length.
+        let shown = clip(uri.to_string(), SHOWN_URI_BYTES);
         match self.terminals.get(uri) {
             Some(t) if t.is_exited() => {
                 let how = if t.process.is_none() {
@@ -54,16 +60,17 @@ impl Inner {
                     "it has exited"
                 };
                 HostError::already_exists_because(
-                    uri,
+                    &shown,
                     &format!(
                         "{how}, but its URI stays taken until it is disposed of: send \
-                         disposeTerminal for it (`ahpty kill {uri}`, or `ahpty kill --exited` \
-                         for every exited terminal), then create it again"
+                         disposeTerminal for it (`ahpty kill {}`, or `ahpty kill --exited` \
+                         for every exited terminal), then create it again",
+                        t.serial
                     ),
                 )
             }
-            Some(_) => HostError::already_exists_because(uri, "it is running"),
-            None => HostError::already_exists_because(uri, "it is being created"),
+            Some(_) => HostError::already_exists_because(&shown, "it is running"),
+            None => HostError::already_exists_because(&shown, "it is being created"),
         }
     }
 

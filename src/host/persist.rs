@@ -284,15 +284,14 @@ impl Inner {
                 drop(store.remove(&r.key));
             }
         }
-        let mut named: Vec<&str> = evicted
+        // URIs read from disk: control characters escaped.
+        let mut named: Vec<String> = evicted
             .iter()
             .take(3)
-            .map(|r| r.meta.uri.as_str())
+            .map(|r| r.meta.uri.escape_debug().to_string())
             .collect();
-        let more = evicted.len().saturating_sub(named.len());
-        let more = format!("and {more} more");
         if evicted.len() > named.len() {
-            named.push(&more);
+            named.push(format!("and {} more", evicted.len() - named.len()));
         }
         tracing::warn!(
             "{} exited terminals restored from transcripts are over --max-exited-terminals \

@@ -307,12 +307,7 @@ spec!(
         assert_eq!(Raw::code(&r), Some(-32010), "{r}");
         let msg = error_message(&r);
         eprintln!("{msg}");
-        for needle in [
-            "restored",
-            "exited",
-            "disposeTerminal",
-            "ahpty kill ahp-terminal:/agent-1",
-        ] {
+        for needle in ["restored", "exited", "disposeTerminal", "`ahpty kill 1`"] {
             assert!(msg.contains(needle), "{needle:?} missing from {msg:?}");
         }
 
@@ -329,6 +324,17 @@ spec!(
         let msg = error_message(&r);
         assert!(
             msg.contains("has exited") && msg.contains("disposeTerminal"),
+            "{msg}"
+        );
+
+        // However long the URI, the hint survives the 1 KiB clipping of error messages.
+        let long = format!("ahp-terminal:/{}", "x".repeat(2000));
+        assert!(create(&mut c, &long).await.get("result").is_some());
+        exit_shell(&mut c, &long).await;
+        let r = create(&mut c, &long).await;
+        let msg = error_message(&r);
+        assert!(
+            msg.len() <= 1024 && msg.contains("disposeTerminal") && msg.contains("ahpty kill"),
             "{msg}"
         );
 
