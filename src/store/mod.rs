@@ -22,6 +22,7 @@
 //! from the host's side, only its queue.
 
 mod dir;
+mod files;
 pub mod format;
 mod writer;
 
