@@ -469,7 +469,7 @@ fn read_all(dir: &Path, found: Vec<Found>) -> Vec<(Restored, SystemTime)> {
 }
 
 /// Moves `path` into `corrupt/` (as `NAME.<unix-ms>`); `None` (with a warning) if it cannot.
-fn set_aside(dir: &Path, path: &Path) -> Option<PathBuf> {
+pub(super) fn set_aside(dir: &Path, path: &Path) -> Option<PathBuf> {
     let corrupt = dir.join(CORRUPT);
     let ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)

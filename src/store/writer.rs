@@ -262,6 +262,12 @@ impl Writer {
                     }
                     self.write_checkpoint(&key, &meta);
                 }
+                Op::SetAside { key, reason } => {
+                    buffers.remove(&key);
+                    self.failed.remove(&key);
+                    self.newly_lost.remove(&key);
+                    self.set_aside(&key, &reason);
+                }
                 Op::Remove { key, done } => {
                     buffers.remove(&key);
                     self.failed.remove(&key);
@@ -377,6 +383,22 @@ impl Writer {
         self.dir_unsynced = true;
         self.next_sync
             .get_or_insert_with(|| Instant::now() + SYNC_EVERY);
+    }
+
+    /// Moves `key`'s file to `corrupt/` and forgets it (a restored terminal the host refused
+    /// for `reason`).
+    fn set_aside(&mut self, key: &Key, reason: &str) {
+        let path = self.path(key);
+        self.total -= self.files.remove(key).map_or(0, |t| t.len);
+        self.unsynced.remove(key);
+        if let Some(aside) = dir::set_aside(&self.state_dir, &path) {
+            self.dir_unsynced = true;
+            tracing::warn!(
+                "transcript {}: {reason}, so its terminal is not restored; set aside as {}",
+                path.display(),
+                aside.display()
+            );
+        }
     }
 
     /// Deletes `key`'s file; `forget` drops it from the table (a removal), else it stays
