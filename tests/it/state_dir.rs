@@ -163,9 +163,9 @@ spec!(
 
         // Start: neither link is followed; each is reported.
         let d = daemon(home, &["--scrollback-bytes", "4096"]).start();
+        untouched("daemon.lock, server-seq.tmp");
         d.wait_log("daemon.lock: it is a symbolic link");
         d.wait_log("server-seq.tmp was a symbolic link");
-        untouched("daemon.lock, server-seq.tmp");
         assert!(is_file(&dir.join("daemon.lock")));
         assert!(is_file(&dir.join("server-seq")));
         assert!(corrupt_entries(&dir)
@@ -187,11 +187,12 @@ spec!(
         )
         .await;
         c.wait_data(&t, "flood-42", SHELL_TIMEOUT).await;
-        d.wait_log(&format!("{}.tmp was a symbolic link", log.display()));
         eventually_blocking("the checkpoint is renamed into place", RPC_TIMEOUT, || {
-            !tmp.exists() && is_file(&log)
+            std::fs::symlink_metadata(&tmp).is_err()
         });
         untouched("KEY.log.tmp");
+        assert!(is_file(&log), "{} is not a regular file", log.display());
+        d.wait_log(&format!("{}.tmp was a symbolic link", log.display()));
         drop(c);
         stop(d);
 
@@ -216,16 +217,16 @@ spec!(
             json!({"type": "terminal/titleChanged", "title": "renamed"}),
         )
         .await;
+        eventually_blocking(
+            "the transcript is rewritten",
+            Duration::from_secs(10),
+            || is_file(&log) || std::fs::read_to_string(&victim).unwrap() != "precious\n",
+        );
+        untouched("a restored terminal's KEY.log");
         d.wait_log(&format!(
             "cannot open transcript {}: it is a symbolic link",
             log.display()
         ));
-        eventually_blocking(
-            "the transcript is rewritten",
-            Duration::from_secs(10),
-            || is_file(&log),
-        );
-        untouched("a restored terminal's KEY.log");
         drop(c);
         stop(d);
         untouched("the end");
@@ -288,7 +289,6 @@ spec!(
         plant_transcript(&dir, &"d".repeat(32), meta(parted, "p", parts));
 
         let d = daemon(home, &[]).start();
-        d.wait_log("its URI is not one createTerminal accepts");
         let (mut c, init) = Raw::connect_init(&d.url(), "crafted", &[ROOT]).await;
         let rows: Vec<String> = init["snapshots"][0]["state"]["terminals"]
             .as_array()
@@ -304,6 +304,7 @@ spec!(
             !rows.iter().any(|r| r == reserved || r == &long),
             "{rows:?}"
         );
+        d.wait_log("its URI is not one createTerminal accepts");
         let aside = corrupt_entries(&dir);
         assert_eq!(aside.len(), 2, "{aside:?}");
         let log = d.stderr();
