@@ -441,8 +441,9 @@ settings! {
     /// Retained envelopes per terminal for `reconnect` replay, in bytes (at least 1024).
     history_bytes: usize = DEFAULT_HISTORY_BYTES, limit |v| at_least(*v, MIN_BUFFER_BYTES);
     /// Directory of the transcripts (each terminal's retained output and metadata, kept across
-    /// restarts and crashes) and of the serverSeq high-water mark; created with mode 0700 and
-    /// used by one daemon at a time [default: $XDG_STATE_HOME/ahpty, else
+    /// restarts and crashes) and of the serverSeq high-water mark; created with mode 0700,
+    /// refused if another user could write to it or to a directory above it (chmod 700 it),
+    /// and used by one daemon at a time [default: $XDG_STATE_HOME/ahpty, else
     /// ~/.local/state/ahpty].
     state_dir: Option<PathBuf> = None, limit any;
     /// Keep no transcripts: nothing is written to the state directory, terminals do not come

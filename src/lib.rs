@@ -16,6 +16,7 @@ pub mod client;
 pub mod codec;
 pub mod config;
 pub mod host;
+pub mod private_dir;
 pub mod rpc;
 pub mod server;
 pub mod service;

@@ -32,6 +32,7 @@ pub(crate) mod history;
 pub(crate) mod outbox;
 mod persist;
 mod pump;
+mod restored;
 mod resume;
 mod screen;
 pub(crate) mod scrollback;

@@ -199,7 +199,8 @@ impl Inner {
         }
     }
 
-    /// Adds the terminals read back from the store, oldest first: exited (with no exit code if
+    /// Adds the terminals read back from the store, oldest first, each checked and sanitised
+    /// as the wire's input is ([`super::restored`]; one that fails is set aside): exited (with no exit code if
     /// they were running), no process, their content trimmed to the scrollback, histories
     /// starting now. Their orphan clocks start (no client is connected yet). At most
     /// `max_exited` (`--max-exited-terminals`) come back, the most recently created: the
@@ -217,7 +218,22 @@ impl Inner {
             self.evict_restored(evicted, max_exited);
         }
         let mut any = false;
-        for r in restored {
+        for mut r in restored {
+            match super::restored::check(&mut r.meta) {
+                Ok(fixes) if !fixes.is_empty() => tracing::warn!(
+                    "transcript {}: restored terminal {}: {}",
+                    format!("{}.log", r.key.as_str()),
+                    crate::codec::clip(r.meta.uri.clone(), 256),
+                    fixes.join("; ")
+                ),
+                Ok(_) => {}
+                Err(reason) => {
+                    if let Some(store) = &self.store {
+                        store.set_aside(&r.key, reason);
+                    }
+                    continue;
+                }
+            }
             let Meta {
                 uri,
                 created_at_ms,

@@ -14,13 +14,14 @@
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Seek, Write};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use ahp_types::state::{TerminalContentPart, TerminalState};
 
+use super::files;
 use super::format::{self, Meta};
 use super::writer::{Existing, Writer};
 use super::{clock_seq_base, Key, Queue, Shared, Store, SEQ_MARGIN};
@@ -137,35 +138,59 @@ pub fn open(p: &Persist) -> io::Result<Option<Opened>> {
     }))
 }
 
-/// Creates the directory and its `terminals/` (mode 0700) and checks that the daemon's user
-/// owns it.
+/// Creates the directory and its `terminals/` (mode 0700) and checks that both, and
+/// `corrupt/` if it exists, are real directories private to the daemon's user, and that no
+/// other user can write to a directory above them ([`crate::private_dir`]).
 fn prepare(dir: &Path) -> io::Result<()> {
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(dir.join(TERMINALS))?;
-    let meta = std::fs::metadata(dir)?;
-    let me = crate::config::effective_uid();
-    if meta.uid() != me {
-        return Err(io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            format!("it belongs to uid {}, not to this user ({me})", meta.uid()),
-        ));
+    crate::private_dir::check(dir)?;
+    for sub in [TERMINALS, CORRUPT] {
+        let path = dir.join(sub);
+        match std::fs::symlink_metadata(&path) {
+            Ok(m) if m.is_dir() => crate::private_dir::check(&path)
+                .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?,
+            Ok(m) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "{} is {}, not a directory: remove it",
+                        path.display(),
+                        files::kind_of(m.file_type())
+                    ),
+                ))
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
     }
     Ok(())
 }
 
 /// Takes `daemon.lock` (an exclusive `flock`, released when the process ends, however it
 /// ends) and writes this process's pid into it.
+/// Anything at `daemon.lock` that is not a regular file (a symbolic link planted there) is
+/// set aside in `corrupt/`, with a warning, and never followed.
 fn lock(dir: &Path) -> io::Result<File> {
     let path = dir.join(LOCK);
-    let mut f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .open(&path)
+    let open = || {
+        files::open_regular(
+            &path,
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .mode(0o600),
+        )
+    };
+    let opened = match open() {
+        Err(e) if files::is_not_regular(&e) && set_aside_stray(dir, &path, &e) => open(),
+        other => other,
+    };
+    let mut f = opened
         .map_err(|e| io::Error::new(e.kind(), format!("cannot open {}: {e}", path.display())))?;
     // SAFETY: flock on a descriptor we own; the result is checked.
     if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
@@ -199,7 +224,12 @@ fn lock(dir: &Path) -> io::Result<File> {
 /// The high-water mark on disk (0 if there is none or it cannot be read).
 fn read_seq(dir: &Path) -> u64 {
     let path = dir.join(SEQ);
-    match std::fs::read_to_string(&path) {
+    let read = files::open_read(&path).and_then(|mut f| {
+        let mut text = String::new();
+        // The mark is a number: 64 bytes hold any u64 with room to spare.
+        (&mut f).take(64).read_to_string(&mut text).map(|_| text)
+    });
+    match read {
         Ok(text) => match text.trim().parse::<u64>() {
             Ok(n) => n,
             Err(_) => {
@@ -211,6 +241,10 @@ fn read_seq(dir: &Path) -> u64 {
             }
         },
         Err(e) if e.kind() == io::ErrorKind::NotFound => 0,
+        Err(e) if files::is_not_regular(&e) => {
+            set_aside_stray(dir, &path, &e);
+            0
+        }
         Err(e) => {
             tracing::warn!(
                 "cannot read {}: {e}; serverSeq starts from the clock",
@@ -225,12 +259,7 @@ fn read_seq(dir: &Path) -> u64 {
 /// the directory).
 pub(super) fn write_seq(dir: &Path, mark: u64) -> io::Result<()> {
     let tmp = dir.join(format!("{SEQ}.tmp"));
-    let mut f = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)?;
+    let mut f = files::create_temp(&tmp)?;
     f.write_all(format!("{mark}\n").as_bytes())?;
     f.sync_data()?;
     std::fs::rename(&tmp, dir.join(SEQ))?;
@@ -265,15 +294,30 @@ fn prune(p: &Persist) -> Vec<Found> {
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
         let path = entry.path();
+        // `DirEntry::metadata` does not follow a symbolic link.
+        let Ok(meta) = entry.metadata() else { continue };
         if name.ends_with(".tmp") {
+            if !meta.is_file() {
+                tracing::warn!(
+                    "{} was {}, not a regular file: removed it (what it pointed to is left \
+                     alone)",
+                    path.display(),
+                    files::kind_of(meta.file_type())
+                );
+            }
             let _ = std::fs::remove_file(&path);
             continue;
         }
         let Some(key) = Key::from_file_name(&name) else {
             continue;
         };
-        let Ok(meta) = entry.metadata() else { continue };
         if !meta.is_file() {
+            let why = files::NotRegular(files::kind_of(meta.file_type()));
+            set_aside_stray(
+                &p.dir,
+                &path,
+                &io::Error::new(io::ErrorKind::InvalidData, why),
+            );
             continue;
         }
         found.push(Found {
@@ -328,8 +372,16 @@ fn prune(p: &Persist) -> Vec<Found> {
 fn read_all(dir: &Path, found: Vec<Found>) -> Vec<(Restored, SystemTime)> {
     let mut restored: Vec<(Restored, SystemTime)> = Vec::new();
     for f in found {
-        let bytes = match std::fs::read(&f.path) {
+        let read = files::open_read(&f.path).and_then(|mut file| {
+            let mut b = Vec::with_capacity(usize::try_from(f.len).unwrap_or(0));
+            file.read_to_end(&mut b).map(|_| b)
+        });
+        let bytes = match read {
             Ok(b) => b,
+            Err(e) if files::is_not_regular(&e) => {
+                set_aside_stray(dir, &f.path, &e);
+                continue;
+            }
             Err(e) => {
                 tracing::warn!(
                     "cannot read transcript {}: {e}; left as it is",
@@ -417,7 +469,7 @@ fn read_all(dir: &Path, found: Vec<Found>) -> Vec<(Restored, SystemTime)> {
 }
 
 /// Moves `path` into `corrupt/` (as `NAME.<unix-ms>`); `None` (with a warning) if it cannot.
-fn set_aside(dir: &Path, path: &Path) -> Option<PathBuf> {
+pub(super) fn set_aside(dir: &Path, path: &Path) -> Option<PathBuf> {
     let corrupt = dir.join(CORRUPT);
     let ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -428,13 +480,21 @@ fn set_aside(dir: &Path, path: &Path) -> Option<PathBuf> {
         .recursive(true)
         .mode(0o700)
         .create(&corrupt)
-        .and_then(|()| std::fs::rename(path, &aside));
+        .and_then(|()| match std::fs::symlink_metadata(&corrupt) {
+            // Never move anything through a symbolic link planted as `corrupt`.
+            Ok(m) if m.is_dir() => std::fs::rename(path, &aside),
+            Ok(m) => Err(io::Error::other(format!(
+                "it is {}, not a directory",
+                files::kind_of(m.file_type())
+            ))),
+            Err(e) => Err(e),
+        });
     match moved {
         Ok(()) => Some(aside),
         Err(e) => {
             tracing::warn!(
-                "transcript {} is damaged but cannot be moved to {}: {e}; left as it is, and \
-                 its terminal does not come back",
+                "{} is damaged but cannot be moved to {}: {e}; left as it is (a transcript \
+                 left there does not come back)",
                 path.display(),
                 corrupt.display()
             );
@@ -443,15 +503,24 @@ fn set_aside(dir: &Path, path: &Path) -> Option<PathBuf> {
     }
 }
 
+/// Sets aside `path`, which is not a regular file (`why`: [`files::NotRegular`]), with a
+/// warning that says so; `true` if it was moved.
+pub(super) fn set_aside_stray(dir: &Path, path: &Path, why: &io::Error) -> bool {
+    let Some(aside) = set_aside(dir, path) else {
+        return false;
+    };
+    tracing::warn!(
+        "{}: {why}, so it was not used (what it points to is left alone); set aside as {}",
+        path.display(),
+        aside.display()
+    );
+    true
+}
+
 /// Writes `bytes` as `path` (temporary file, sync, rename).
 fn replace(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let tmp = path.with_extension("log.tmp");
-    let mut f = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)?;
+    let mut f = files::create_temp(&tmp)?;
     f.write_all(bytes)?;
     f.sync_data()?;
     std::fs::rename(&tmp, path)

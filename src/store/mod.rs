@@ -22,6 +22,7 @@
 //! from the host's side, only its queue.
 
 mod dir;
+mod files;
 pub mod format;
 mod writer;
 
@@ -233,6 +234,8 @@ enum Op {
     /// The terminal's whole state: the file is rewritten from it (created for a new terminal,
     /// compacted for a long-lived one, repaired after dropped records).
     Checkpoint { key: Key, meta: Box<Meta> },
+    /// A restored terminal the host refused (`reason`): move its file to `corrupt/`.
+    SetAside { key: Key, reason: String },
     /// The terminal was disposed: delete its file, then answer.
     Remove {
         key: Key,
@@ -352,6 +355,20 @@ impl Store {
         q.urgent = true;
         self.shared.wake.notify_one();
         Removal(wait)
+    }
+
+    /// Moves a restored terminal's transcript to `corrupt/` (queued, done at once), logging
+    /// one warning that gives `reason` (what made the host refuse it, e.g. its URI) and where
+    /// the file went. For a terminal the host does not restore; the key is then forgotten.
+    pub fn set_aside(&self, key: &Key, reason: String) {
+        let mut q = self.shared.lock();
+        q.lost.remove(key);
+        q.ops.push(Op::SetAside {
+            key: key.clone(),
+            reason,
+        });
+        q.urgent = true;
+        self.shared.wake.notify_one();
     }
 
     /// Asks for the `serverSeq` high-water mark on disk to be raised to `mark` (written by the

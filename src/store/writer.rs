@@ -6,8 +6,9 @@
 //! exited terminals, least recently written first, and deletes those of exited terminals not
 //! written to for `persist_max_age` (checked every [`AGE_CHECK_EVERY`]).
 //!
-//! Its per-file state is a cache of the directory (open descriptor, length): nothing it knows
-//! is missing from the files themselves.
+//! Every file is opened through `files.rs` (no symbolic link followed, temporary files
+//! created with `O_EXCL`). Its per-file state is a cache of the directory (open descriptor,
+//! length): nothing it knows is missing from the files themselves.
 //!
 //! May touch: the files under the state directory (transcripts, the `serverSeq` mark) and
 //! the queue the host fills; never the host lock.
@@ -15,7 +16,6 @@
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -23,7 +23,7 @@ use std::time::{Duration, Instant, SystemTime};
 use ahp_types::state::TerminalLifecycleState;
 
 use super::format::{self, Kind, Meta};
-use super::{dir, Key, KeyMap, KeySet, Op, Shared, BATCH, EARLY_BYTES, SYNC_EVERY};
+use super::{dir, files, Key, KeyMap, KeySet, Op, Shared, BATCH, EARLY_BYTES, SYNC_EVERY};
 
 /// Written files from which a sync is one `syncfs(2)` of the filesystem instead of an
 /// `fdatasync(2)` of each file.
@@ -262,6 +262,12 @@ impl Writer {
                     }
                     self.write_checkpoint(&key, &meta);
                 }
+                Op::SetAside { key, reason } => {
+                    buffers.remove(&key);
+                    self.failed.remove(&key);
+                    self.newly_lost.remove(&key);
+                    self.set_aside(&key, &reason);
+                }
                 Op::Remove { key, done } => {
                     buffers.remove(&key);
                     self.failed.remove(&key);
@@ -309,7 +315,7 @@ impl Writer {
         };
         if t.file.is_none() {
             let path = self.terminals.join(key.file_name());
-            match OpenOptions::new().append(true).open(&path) {
+            match files::open_regular(&path, OpenOptions::new().append(true)) {
                 Ok(f) => t.file = Some(f),
                 Err(e) => {
                     let msg = format!("cannot open transcript {}: {e}", path.display());
@@ -348,12 +354,7 @@ impl Writer {
         let path = self.path(key);
         let tmp = self.terminals.join(format!("{}.tmp", key.file_name()));
         let written = (|| -> io::Result<()> {
-            let mut f = OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o600)
-                .open(&tmp)?;
+            let mut f = files::create_temp(&tmp)?;
             checkpoint.write_to(&mut f)?;
             f.sync_data()?;
             std::fs::rename(&tmp, &path)
@@ -382,6 +383,22 @@ impl Writer {
         self.dir_unsynced = true;
         self.next_sync
             .get_or_insert_with(|| Instant::now() + SYNC_EVERY);
+    }
+
+    /// Moves `key`'s file to `corrupt/` and forgets it (a restored terminal the host refused
+    /// for `reason`).
+    fn set_aside(&mut self, key: &Key, reason: &str) {
+        let path = self.path(key);
+        self.total -= self.files.remove(key).map_or(0, |t| t.len);
+        self.unsynced.remove(key);
+        if let Some(aside) = dir::set_aside(&self.state_dir, &path) {
+            self.dir_unsynced = true;
+            tracing::warn!(
+                "transcript {}: {reason}, so its terminal is not restored; set aside as {}",
+                path.display(),
+                aside.display()
+            );
+        }
     }
 
     /// Deletes `key`'s file; `forget` drops it from the table (a removal), else it stays

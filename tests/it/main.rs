@@ -37,6 +37,7 @@ mod security;
 mod seed_clients;
 mod service;
 mod shell_integration_scripts;
+mod state_dir;
 mod terminal_lifecycle;
 mod terminal_model;
 mod upgrade;
