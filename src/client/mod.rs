@@ -25,6 +25,7 @@
 
 pub mod attach;
 pub(crate) mod connect;
+pub(crate) mod filter;
 pub mod kill;
 pub mod logs;
 pub mod ls;
