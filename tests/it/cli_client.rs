@@ -486,3 +486,42 @@ spec!(
         assert_eq!(run_cli(off.cli(&["ls"]), CLI_TIMEOUT).code, Some(2));
     }
 );
+
+// A program sets its title (OSC 0) to text with a right-to-left override, a bidi isolate and
+// a right-to-left mark (the daemon keeps them; it drops C0 and C1 controls from titles
+// itself): `ahpty ls` prints none of them (each shows as a space); `--json` keeps the title
+// exact.
+spec!(ls_prints_no_control_or_bidi_characters_from_titles, async {
+    let d = Daemon::start();
+    let (mut agent, t) = agent_with_terminal(&d, "bidi").await;
+    agent
+        .type_text(
+            &t,
+            "printf '\\033]0;evil\\342\\200\\256gpj.exe\\342\\201\\246x\\342\\200\\217y\\007'; \
+             echo set-$((4*4))\r",
+        )
+        .await;
+    agent.wait_data(&t, "set-16", SHELL_TIMEOUT).await;
+    let title = "evil\u{202e}gpj.exe\u{2066}x\u{200f}y";
+    let rows = eventually("the title reaches ls --json", RPC_TIMEOUT, async || {
+        let rows = ls_json(&d).await;
+        (rows.iter().any(|r| r["title"] == title)).then_some(rows)
+    })
+    .await;
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    let table = cli(d.cli(&["ls"])).await;
+    assert_eq!(table.code, Some(0), "{table:?}");
+    assert!(
+        table.stdout.contains("evil gpj.exe x y"),
+        "the title, its bidi controls as spaces: {:?}",
+        table.stdout
+    );
+    let bidi = |c: char| matches!(c, '\u{61c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+    for c in table.stdout.chars() {
+        assert!(
+            c == '\n' || !(c.is_control() || bidi(c)),
+            "ls printed {c:?}: {:?}",
+            table.stdout
+        );
+    }
+});
