@@ -797,7 +797,12 @@ fn print_man(command: Option<&str>) -> ExitCode {
                     .disable_version_flag(true)
             }
             None => {
-                let names: Vec<&str> = cmd.get_subcommands().map(|s| s.get_name()).collect();
+                // Hidden subcommands (upgrade-check, for the daemon's own use) are not listed.
+                let names: Vec<&str> = cmd
+                    .get_subcommands()
+                    .filter(|s| !s.is_hide_set())
+                    .map(|s| s.get_name())
+                    .collect();
                 eprintln!(
                     "ahpty: no subcommand {name:?} (one of: {})",
                     names.join(", ")
