@@ -525,3 +525,42 @@ spec!(ls_prints_no_control_or_bidi_characters_from_titles, async {
         );
     }
 });
+
+// The README's bounds for client libraries' message limits (Python websockets' `max_size`):
+// with the default settings, the snapshot of a terminal whose retained output is all control
+// characters (six bytes each once JSON-escaped) is well over the 1 MiB Python's websockets
+// accepts by default, and once the screen model caught up with the flood under 6.5 MiB (right
+// after it, with the model behind, it is larger: no bound is asserted for that).
+spec!(
+    the_largest_default_snapshot_is_within_the_documented_bound,
+    async {
+        let d = Daemon::start();
+        let (mut raw, _) = Raw::connect_init(&d.url(), "size", &[]).await;
+        let t = term_uri("size");
+        raw.create_terminal(&t).await;
+        raw.subscribe(&t).await;
+        raw.type_text(
+            &t,
+            "stty -echo; yes $'\\001\\002\\003\\004\\006\\016\\017\\020' | head -c 3000000; \
+         echo; echo filled-$((5*5))\r",
+        )
+        .await;
+        raw.wait_data(&t, "filled-25", SHELL_TIMEOUT).await;
+        raw.forget();
+        let mut sizes = Vec::new();
+        let at_rest = eventually(
+            "the snapshot shrinks to its bound at rest",
+            SHELL_TIMEOUT,
+            async || {
+                let r = raw.request("subscribe", json!({ "channel": t })).await;
+                let bytes = serde_json::to_string(&r).unwrap().len();
+                raw.forget();
+                sizes.push(bytes);
+                (bytes <= (6 << 20) + (1 << 19)).then_some(bytes)
+            },
+        )
+        .await;
+        eprintln!("snapshot messages: {sizes:?} bytes");
+        assert!(at_rest > 4 << 20, "not control-dense: {sizes:?}");
+    }
+);
