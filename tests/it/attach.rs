@@ -40,18 +40,23 @@ impl Human {
 
     /// As [`Human::attach`], with `flags` (split on spaces) before the terminal.
     fn attach_with(d: &Daemon, uri: &str, flags: &str) -> Human {
+        Human::run(d, uri, &format!("attach {flags}"))
+    }
+
+    /// As [`Human::attach`], with `ahpty SUBCOMMAND…` (split on spaces) instead of attach.
+    fn run(d: &Daemon, uri: &str, subcommand: &str) -> Human {
         let pair = native_pty_system().openpty(size(80, 24)).expect("openpty");
         let dir = tempfile::tempdir().unwrap();
         let mut cmd = CommandBuilder::new("/bin/sh");
         cmd.arg("-c");
         cmd.arg(
-            "stty -g >before; \"$AHPTY_BIN\" attach $FLAGS \"$T\"; echo attach-rc=$?; stty -g >after; \
+            "stty -g >before; \"$AHPTY_BIN\" $SUBCOMMAND \"$T\"; echo attach-rc=$?; stty -g >after; \
              echo script-done; exec sleep 60",
         );
         cmd.cwd(dir.path());
         cmd.env("AHPTY_BIN", env!("CARGO_BIN_EXE_ahpty"));
         cmd.env("T", uri);
-        cmd.env("FLAGS", flags);
+        cmd.env("SUBCOMMAND", subcommand);
         cmd.env("HOME", d.home());
         cmd.env("XDG_RUNTIME_DIR", d.runtime_dir());
         cmd.env("TERM", "xterm-256color");
@@ -467,4 +472,29 @@ spec!(the_repaint_carries_no_clipboard_write, async {
     blocking(|| human.wait_for("script-done"));
     let shown = human.text();
     assert!(!shown.contains("\x1b]52"), "OSC 52 was replayed: {shown:?}");
+});
+
+// `ahpty logs` to a terminal filters the same way: a retained OSC 52 does not reach it.
+spec!(logs_to_a_terminal_carries_no_clipboard_write, async {
+    let (d, mut agent, t) = setup("osc52logs").await;
+    agent
+        .type_text(
+            &t,
+            "printf '\\033]52;c;b2xk\\007\\033]50;?\\007'; echo old-$((3*3))\r",
+        )
+        .await;
+    agent.wait_data(&t, "old-9", SHELL_TIMEOUT).await;
+    let human = Human::run(&d, &t, "logs");
+    blocking(|| human.wait_for("script-done"));
+    let shown = human.text();
+    assert!(shown.contains("old-9"), "{shown:?}");
+    assert!(shown.contains("attach-rc=0"), "{shown:?}");
+    assert!(
+        !shown.contains("\x1b]52"),
+        "OSC 52 reached the terminal: {shown:?}"
+    );
+    assert!(
+        !shown.contains("\x1b]50"),
+        "OSC 50 reached the terminal: {shown:?}"
+    );
 });
