@@ -732,13 +732,16 @@ impl Value for usize {
 }
 
 /// A duration in the one largest unit that states it exactly, as the docs write them
-/// (`24h`, `90s`, `500ms`); humantime's form for sub-millisecond parts.
+/// (`7d`, `24h`, `90s`, `500ms`: days for two days or more, so one day stays `24h`);
+/// humantime's form for sub-millisecond parts.
 pub fn duration_text(d: Duration) -> String {
     let ms = d.as_millis();
     if d.is_zero() {
         "0s".into()
     } else if !d.subsec_nanos().is_multiple_of(1_000_000) {
         humantime::format_duration(d).to_string()
+    } else if ms.is_multiple_of(86_400_000) && ms > 86_400_000 {
+        format!("{}d", ms / 86_400_000)
     } else if ms.is_multiple_of(3_600_000) {
         format!("{}h", ms / 3_600_000)
     } else if ms.is_multiple_of(60_000) {

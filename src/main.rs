@@ -800,7 +800,12 @@ fn print_man(command: Option<&str>) -> ExitCode {
                     .disable_version_flag(true)
             }
             None => {
-                let names: Vec<&str> = cmd.get_subcommands().map(|s| s.get_name()).collect();
+                // Hidden subcommands (upgrade-check, for the daemon's own use) are not listed.
+                let names: Vec<&str> = cmd
+                    .get_subcommands()
+                    .filter(|s| !s.is_hide_set())
+                    .map(|s| s.get_name())
+                    .collect();
                 eprintln!(
                     "ahpty: no subcommand {name:?} (one of: {})",
                     names.join(", ")
@@ -1134,6 +1139,12 @@ struct AttachOpts {
     /// connection; otherwise refused (the holder is named) and you stay attached as a viewer.
     #[arg(long, conflicts_with = "read_only")]
     take: bool,
+    /// Let the program set this terminal's clipboard (OSC 52 and the like). Without it those
+    /// writes are removed from the output, as are, always, clipboard reads and every query
+    /// your terminal would answer to the program (colours, font, cursor position, device
+    /// attributes, DECRQSS, XTGETTCAP …).
+    #[arg(long)]
+    allow_clipboard: bool,
 }
 
 impl AttachOpts {
@@ -1145,6 +1156,7 @@ impl AttachOpts {
                 .map_or(Some(ahpty::client::attach::DEFAULT_DETACH_KEY), |k| k.0),
             read_only: self.read_only,
             take: self.take,
+            allow_clipboard: self.allow_clipboard,
         }
     }
 }

@@ -2,8 +2,12 @@
 //! with `ExecStart` pointing at the running binary), `ahpty service install|uninstall|status`,
 //! and recognising the journal on stdout/stderr (`$JOURNAL_STREAM`).
 //!
+//! `install` first checks that a systemd user manager runs (its socket in `$XDG_RUNTIME_DIR`)
+//! and, without one, writes nothing and says how to run `ahpty serve` instead.
+//!
 //! Touches only the unit file under `$XDG_CONFIG_HOME/systemd/user/` and runs `systemctl
-//! --user`; uses nothing else of the crate but [`crate::config`].
+//! --user`; reads whether the manager's socket and `/run/systemd/system` exist; uses nothing
+//! else of the crate but [`crate::config`].
 
 use std::ffi::OsString;
 use std::io::{self, Write};
@@ -71,12 +75,45 @@ fn run(out: &mut dyn Write, systemctl: &Path, args: &[&str]) -> io::Result<bool>
     if !status.success() {
         writeln!(
             out,
-            "systemctl --user {} failed ({status}); is a systemd user manager running for \
-             you (`loginctl enable-linger $USER` for machines you only reach over SSH)?",
+            "systemctl --user {} failed ({status}): see its message above",
             args.join(" ")
         )?;
     }
     Ok(status.success())
+}
+
+/// The socket a running systemd user manager listens on: `$XDG_RUNTIME_DIR/systemd/private`
+/// (`/run/user/UID/…` when `XDG_RUNTIME_DIR` is unset or relative).
+pub fn user_manager_socket() -> PathBuf {
+    let runtime = env("XDG_RUNTIME_DIR")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .unwrap_or_else(|| PathBuf::from(format!("/run/user/{}", crate::config::effective_uid())));
+    runtime.join("systemd").join("private")
+}
+
+/// Why no systemd user manager can take the unit, in one line that says what to do instead;
+/// `None` when one runs (its socket, [`user_manager_socket`], is there).
+fn no_user_manager() -> Option<String> {
+    use std::os::unix::fs::FileTypeExt;
+    let socket = user_manager_socket();
+    let running = std::fs::metadata(&socket).is_ok_and(|m| m.file_type().is_socket());
+    if running {
+        return None;
+    }
+    let serve = "start the daemon with `ahpty serve` instead (e.g. `nohup ahpty serve \
+                 >/dev/null 2>&1 &`, or from your init system)";
+    // `/run/systemd/system` exists exactly when systemd is the init system (sd_booted).
+    Some(if Path::new("/run/systemd/system").exists() {
+        format!(
+            "no systemd user manager runs for you here (no {}): nothing installed; log in \
+             through a session that starts one (`loginctl enable-linger $USER` keeps one \
+             running), or {serve}",
+            socket.display()
+        )
+    } else {
+        format!("systemd is not running on this machine: nothing installed; {serve}")
+    })
 }
 
 fn no_unit_path() -> io::Error {
@@ -88,12 +125,18 @@ fn no_unit_path() -> io::Error {
 
 /// `ahpty service install`: writes the unit for the running binary, then `systemctl --user
 /// daemon-reload` and `enable --now`. Returns the exit status: 0 done; 1 systemctl failed;
-/// 2 systemctl is not on `$PATH` (the two commands to run are printed instead).
+/// 2 no systemd user manager runs (one line says so and how to run `ahpty serve` instead;
+/// nothing is written), or systemctl is not on `$PATH` (the unit is written and the two
+/// commands to run are printed).
 pub fn install(out: &mut dyn Write) -> io::Result<u8> {
     let exe = std::env::current_exe()
         .and_then(|p| p.canonicalize())
         .map_err(|e| io::Error::new(e.kind(), format!("cannot find this binary: {e}")))?;
     let path = unit_path().ok_or_else(no_unit_path)?;
+    if let Some(why) = no_user_manager() {
+        writeln!(out, "{why}")?;
+        return Ok(2);
+    }
     let text = unit_text(&exe);
     let before = std::fs::read_to_string(&path).ok();
     if let Some(dir) = path.parent() {
@@ -118,7 +161,7 @@ pub fn install(out: &mut dyn Write) -> io::Result<u8> {
     if exe.components().any(|c| c.as_os_str() == "target") {
         writeln!(
             out,
-            "note: {} is a build output; `cargo install --path .` puts a binary in \
+            "note: {} is a build output; `cargo install --locked --path .` puts a binary in \
              ~/.cargo/bin that `cargo clean` does not remove (then run this again)",
             exe.display()
         )?;

@@ -16,6 +16,11 @@
 //! With stdin not a terminal (pipe mode), stdin is copied to the terminal as input and live
 //! output to stdout, until the terminal exits (stdin's end stops only the input).
 //!
+//! What reaches a local terminal (a tty session, or pipe mode with stdout a terminal) goes
+//! through [`super::filter`]: the program's clipboard writes (unless `--allow-clipboard`) and
+//! every query the local terminal would answer into the remote pty (colour, font, DSR, DA,
+//! DECRQSS, XTGETTCAP …) are removed.
+//!
 //! A live upgrade of the daemon (close code 1012) does not end the session: the connection is
 //! resumed ([`super::connect`]) and output goes on from the last `serverSeq`, with no gap and
 //! no duplicate; keys typed meanwhile are sent once it is back. Resumed with a snapshot
@@ -37,6 +42,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
 
 use super::connect::{Event, CLIENT_ID, ROOT};
+use super::filter::QueryFilter;
 use super::modes::Modes;
 use super::{remote, tty, Conn, Failure, Outcome, Target, EXIT_LOST};
 use crate::config::{HOST_ID_ENV, TERMINAL_ENV};
@@ -55,6 +61,9 @@ pub struct AttachOptions {
     pub read_only: bool,
     /// Take the claim before attaching.
     pub take: bool,
+    /// Let the program's clipboard writes (OSC 52 …) reach the local terminal
+    /// ([`super::filter`]).
+    pub allow_clipboard: bool,
 }
 
 impl Default for AttachOptions {
@@ -63,6 +72,7 @@ impl Default for AttachOptions {
             detach_key: Some(DEFAULT_DETACH_KEY),
             read_only: false,
             take: false,
+            allow_clipboard: false,
         }
     }
 }
@@ -406,8 +416,10 @@ impl Session {
         let raw = tty::RawMode::enter()
             .map_err(|e| Failure::failed(format!("cannot switch the terminal to raw mode: {e}")))?;
         let (out, writer) = spawn_stdout_writer();
+        let mut filter = QueryFilter::new(self.opts.allow_clipboard);
+        let replay = filter.filter(replay);
         let mut modes = Modes::new();
-        modes.track(replay);
+        modes.track(&replay);
         let mut first = format!("\x1b[H\x1b[2J{replay}");
         if let Some(n) = notice {
             first.push_str(&format!("\r\n[ahpty: {n}]\r\n"));
@@ -439,11 +451,13 @@ impl Session {
                             ev => self.resumed(ev).map(|r| r.map(|replay| {
                                 let repaint = format!("{}\x1b[H\x1b[2J{replay}", modes.reset());
                                 modes = Modes::new();
+                                filter.reset();
                                 repaint
                             })),
                         };
                         match shown {
                             Some(Ok(data)) => {
+                                let data = filter.filter(&data);
                                 modes.track(&data);
                                 if out.send(data.into_bytes()).await.is_err() {
                                     break 'session End::StdoutClosed;
@@ -501,6 +515,9 @@ impl Session {
         let (out, writer) = spawn_stdout_writer();
         let mut stdin = Some(spawn_stdin_reader());
         let mut decoder = Utf8Decoder::new();
+        // Output copied to a terminal is filtered as in a tty session; to a file or a pipe it
+        // stays verbatim.
+        let mut filter = tty::stdout_is_tty().then(|| QueryFilter::new(self.opts.allow_clipboard));
         let end = loop {
             tokio::select! {
                 ev = conn.next() => {
@@ -520,6 +537,10 @@ impl Session {
                     match shown {
                         Some(Ok(data)) if data.is_empty() => {}
                         Some(Ok(data)) => {
+                            let data = match filter.as_mut() {
+                                Some(f) => f.filter(&data),
+                                None => data,
+                            };
                             let sent = out.send(data.into_bytes()).await;
                             if sent.is_err() {
                                 break End::StdoutClosed;

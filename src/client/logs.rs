@@ -7,6 +7,10 @@
 //! output goes on from the last `serverSeq`, with no gap and no duplicate (resumed with a
 //! snapshot instead, one line on stderr says output may be missing).
 //!
+//! Raw output to a terminal goes through [`super::filter`] as in `attach`: the program's
+//! clipboard writes and the queries the local terminal would answer (into the shell `logs`
+//! returns to) are removed. Into a file or a pipe it stays verbatim.
+//!
 //! May touch: its one daemon connection and stdout.
 
 use ahp::ahp_types::actions::StateAction;
@@ -14,8 +18,9 @@ use ahp::ahp_types::state::TerminalLifecycleState;
 use tokio::io::AsyncWriteExt;
 
 use super::connect::{Event, ROOT};
+use super::filter::QueryFilter;
 use super::plain::Plain;
-use super::{remote, Conn, Outcome, Target};
+use super::{remote, tty, Conn, Outcome, Target};
 
 /// `ahpty logs`.
 pub async fn logs(
@@ -31,10 +36,12 @@ pub async fn logs(
     let uri = t.resource;
     let (state, from_seq) = remote::subscribe(&mut conn, &uri).await?;
     let mut filter = plain.then(Plain::new);
+    let mut guard = (!plain && tty::stdout_is_tty()).then(|| QueryFilter::new(false));
     let mut out = tokio::io::stdout();
-    let mut emit = |text: &str| match &mut filter {
-        Some(p) => p.push(text),
-        None => text.to_string(),
+    let mut emit = |text: &str| match (&mut filter, &mut guard) {
+        (Some(p), _) => p.push(text),
+        (None, Some(g)) => g.filter(text),
+        (None, None) => text.to_string(),
     };
     let first = emit(&remote::replay(&state));
     if write(&mut out, &first).await.is_err() {

@@ -1,7 +1,9 @@
 //! `ahpty ls [--json]`: one row per terminal — number, title, status (running, or exited with
 //! its code), who holds the claim (and whether that client is connected), size, age, cwd and
 //! URI — from one `ahpty/listTerminals` request. `--json` prints an array for scripts (shape
-//! in docs/cli.md).
+//! in docs/cli.md). The table prints no control or bidirectional characters (a title is
+//! whatever a program set): they show as spaces. `--json` keeps every value exact, escaped
+//! as JSON.
 //!
 //! May touch: its one daemon connection, stdout, and `$HOME` (read, to shorten cwds).
 
@@ -150,6 +152,8 @@ pub(crate) fn table(rows: &[Row], home: Option<&str>) -> String {
             (Some(c), _) => c.clone(),
             (None, _) => "-".into(),
         };
+        // Every cell is printed through `one_line`: a program sets titles and cwds, and a
+        // client sets URIs and holders.
         lines.push(vec![
             r.index.to_string(),
             clip(&r.title, 24),
@@ -157,8 +161,8 @@ pub(crate) fn table(rows: &[Row], home: Option<&str>) -> String {
             clip(&holder, 24),
             size,
             age(r.age_seconds),
-            cwd,
-            r.uri.clone(),
+            super::one_line(&cwd),
+            super::one_line(&r.uri),
         ]);
     }
     let widths: Vec<usize> = (0..header.len())
@@ -199,7 +203,8 @@ pub(crate) fn age(seconds: i64) -> String {
     }
 }
 
-/// At most `max` characters, control characters shown as spaces, `…` when cut.
+/// At most `max` characters, control and bidirectional characters shown as spaces (see
+/// [`super::one_line`]), `…` when cut.
 fn clip(s: &str, max: usize) -> String {
     let clean = super::one_line(s);
     if clean.chars().count() <= max {
@@ -224,5 +229,6 @@ mod tests {
         assert_eq!(cwd_path("file:///tmp/a%20b"), "/tmp/a b");
         assert_eq!(cwd_path("/x"), "/x");
         assert_eq!(clip("abcdef", 4), "abc…");
+        assert_eq!(clip("a\u{202e}b\u{2066}c\x1b[1m\u{9b}d", 24), "a b c [1m d");
     }
 }

@@ -25,6 +25,7 @@
 
 pub mod attach;
 pub(crate) mod connect;
+pub(crate) mod filter;
 pub mod kill;
 pub mod logs;
 pub mod ls;
@@ -129,11 +130,22 @@ where
     }
 }
 
-/// `text` on one line: newlines and other control characters become spaces.
+/// `text` on one line and safe to print: C0 and C1 controls (newlines, ESC …), DEL and the
+/// bidirectional controls (U+061C, U+200E/U+200F, U+202A–U+202E, U+2066–U+2069), which would
+/// reorder what follows on the line, become spaces.
 pub fn one_line(text: &str) -> String {
     text.chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
+        .map(|c| if is_unsafe(c) { ' ' } else { c })
         .collect::<String>()
         .trim()
         .to_string()
+}
+
+/// Whether `c` is a control or a bidirectional control (see [`one_line`]).
+fn is_unsafe(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{61c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'
+        )
 }

@@ -35,17 +35,28 @@ impl Human {
     /// `sh -c 'stty -g >before; ahpty attach URI; echo attach-rc=$?; stty -g >after; …'` on a
     /// fresh 80×24 pty, as a client of `d`.
     fn attach(d: &Daemon, uri: &str) -> Human {
+        Human::attach_with(d, uri, "")
+    }
+
+    /// As [`Human::attach`], with `flags` (split on spaces) before the terminal.
+    fn attach_with(d: &Daemon, uri: &str, flags: &str) -> Human {
+        Human::run(d, uri, &format!("attach {flags}"))
+    }
+
+    /// As [`Human::attach`], with `ahpty SUBCOMMAND…` (split on spaces) instead of attach.
+    fn run(d: &Daemon, uri: &str, subcommand: &str) -> Human {
         let pair = native_pty_system().openpty(size(80, 24)).expect("openpty");
         let dir = tempfile::tempdir().unwrap();
         let mut cmd = CommandBuilder::new("/bin/sh");
         cmd.arg("-c");
         cmd.arg(
-            "stty -g >before; \"$AHPTY_BIN\" attach \"$T\"; echo attach-rc=$?; stty -g >after; \
+            "stty -g >before; \"$AHPTY_BIN\" $SUBCOMMAND \"$T\"; echo attach-rc=$?; stty -g >after; \
              echo script-done; exec sleep 60",
         );
         cmd.cwd(dir.path());
         cmd.env("AHPTY_BIN", env!("CARGO_BIN_EXE_ahpty"));
         cmd.env("T", uri);
+        cmd.env("SUBCOMMAND", subcommand);
         cmd.env("HOME", d.home());
         cmd.env("XDG_RUNTIME_DIR", d.runtime_dir());
         cmd.env("TERM", "xterm-256color");
@@ -385,3 +396,105 @@ spec!(
         assert_modes_restored(&human);
     }
 );
+
+/// Has the remote shell print an OSC 52 clipboard write (split across two pty reads) and an
+/// OSC 50 font query (split too), then a marker, and detaches; returns what the local terminal
+/// showed after the shell was ready.
+fn print_clipboard_and_font_query(human: &mut Human) -> String {
+    human.type_keys(
+        b"printf '\\033]52;c;aGVs'; sleep 0.3; printf 'bG8=\\007'; printf '\\033]5'; \
+          sleep 0.3; printf '0;?\\007'; echo done-$((2*3))\r",
+    );
+    blocking(|| human.wait_for("done-6"));
+    human.type_keys(b"\x1c");
+    blocking(|| human.wait_for("script-done"));
+    human.after("rdy-42")
+}
+
+// A program sharing a terminal with the person must not set their clipboard or make their
+// terminal answer it: `attach` removes OSC 52 and OSC 50 (each split across chunks) from what
+// reaches the local terminal.
+spec!(
+    clipboard_writes_and_queries_do_not_reach_the_local_terminal,
+    async {
+        let (d, _agent, t) = setup("osc52").await;
+        let mut human = Human::attach(&d, &t);
+        blocking(|| human.wait_for("rdy-42"));
+        let shown = print_clipboard_and_font_query(&mut human);
+        assert!(shown.contains("done-6"), "{shown:?}");
+        assert!(
+            !shown.contains("\x1b]52"),
+            "OSC 52 reached the local terminal: {shown:?}"
+        );
+        assert!(
+            !shown.contains("bG8=\x07"),
+            "part of OSC 52 reached it: {shown:?}"
+        );
+        assert!(
+            !shown.contains("\x1b]50"),
+            "OSC 50 reached the local terminal: {shown:?}"
+        );
+        assert!(
+            !shown.contains("0;?\x07"),
+            "part of OSC 50 reached it: {shown:?}"
+        );
+        assert!(shown.contains("attach-rc=0"), "{shown:?}");
+        assert_modes_restored(&human);
+    }
+);
+
+spec!(allow_clipboard_lets_clipboard_writes_through_only, async {
+    let (d, _agent, t) = setup("osc52ok").await;
+    let mut human = Human::attach_with(&d, &t, "--allow-clipboard");
+    blocking(|| human.wait_for("rdy-42"));
+    let shown = print_clipboard_and_font_query(&mut human);
+    assert!(
+        shown.contains("\x1b]52;c;aGVsbG8=\x07"),
+        "the allowed OSC 52 did not arrive whole: {shown:?}"
+    );
+    assert!(
+        !shown.contains("\x1b]50"),
+        "OSC 50 reached the local terminal: {shown:?}"
+    );
+    assert!(shown.contains("attach-rc=0"), "{shown:?}");
+});
+
+// What the terminal printed before the attach comes back in the repaint: filtered too.
+spec!(the_repaint_carries_no_clipboard_write, async {
+    let (d, mut agent, t) = setup("osc52old").await;
+    agent
+        .type_text(&t, "printf '\\033]52;c;b2xk\\007'; echo old-$((3*3))\r")
+        .await;
+    agent.wait_data(&t, "old-9", SHELL_TIMEOUT).await;
+    let mut human = Human::attach(&d, &t);
+    blocking(|| human.wait_for("old-9"));
+    human.type_keys(b"\x1c");
+    blocking(|| human.wait_for("script-done"));
+    let shown = human.text();
+    assert!(!shown.contains("\x1b]52"), "OSC 52 was replayed: {shown:?}");
+});
+
+// `ahpty logs` to a terminal filters the same way: a retained OSC 52 does not reach it.
+spec!(logs_to_a_terminal_carries_no_clipboard_write, async {
+    let (d, mut agent, t) = setup("osc52logs").await;
+    agent
+        .type_text(
+            &t,
+            "printf '\\033]52;c;b2xk\\007\\033]50;?\\007'; echo old-$((3*3))\r",
+        )
+        .await;
+    agent.wait_data(&t, "old-9", SHELL_TIMEOUT).await;
+    let human = Human::run(&d, &t, "logs");
+    blocking(|| human.wait_for("script-done"));
+    let shown = human.text();
+    assert!(shown.contains("old-9"), "{shown:?}");
+    assert!(shown.contains("attach-rc=0"), "{shown:?}");
+    assert!(
+        !shown.contains("\x1b]52"),
+        "OSC 52 reached the terminal: {shown:?}"
+    );
+    assert!(
+        !shown.contains("\x1b]50"),
+        "OSC 50 reached the terminal: {shown:?}"
+    );
+});

@@ -486,3 +486,81 @@ spec!(
         assert_eq!(run_cli(off.cli(&["ls"]), CLI_TIMEOUT).code, Some(2));
     }
 );
+
+// A program sets its title (OSC 0) to text with a right-to-left override, a bidi isolate and
+// a right-to-left mark (the daemon keeps them; it drops C0 and C1 controls from titles
+// itself): `ahpty ls` prints none of them (each shows as a space); `--json` keeps the title
+// exact.
+spec!(ls_prints_no_control_or_bidi_characters_from_titles, async {
+    let d = Daemon::start();
+    let (mut agent, t) = agent_with_terminal(&d, "bidi").await;
+    agent
+        .type_text(
+            &t,
+            "printf '\\033]0;evil\\342\\200\\256gpj.exe\\342\\201\\246x\\342\\200\\217y\\007'; \
+             echo set-$((4*4))\r",
+        )
+        .await;
+    agent.wait_data(&t, "set-16", SHELL_TIMEOUT).await;
+    let title = "evil\u{202e}gpj.exe\u{2066}x\u{200f}y";
+    let rows = eventually("the title reaches ls --json", RPC_TIMEOUT, async || {
+        let rows = ls_json(&d).await;
+        (rows.iter().any(|r| r["title"] == title)).then_some(rows)
+    })
+    .await;
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    let table = cli(d.cli(&["ls"])).await;
+    assert_eq!(table.code, Some(0), "{table:?}");
+    assert!(
+        table.stdout.contains("evil gpj.exe x y"),
+        "the title, its bidi controls as spaces: {:?}",
+        table.stdout
+    );
+    let bidi = |c: char| matches!(c, '\u{61c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+    for c in table.stdout.chars() {
+        assert!(
+            c == '\n' || !(c.is_control() || bidi(c)),
+            "ls printed {c:?}: {:?}",
+            table.stdout
+        );
+    }
+});
+
+// The README's bounds for client libraries' message limits (Python websockets' `max_size`):
+// with the default settings, the snapshot of a terminal whose retained output is all control
+// characters (six bytes each once JSON-escaped) is well over the 1 MiB Python's websockets
+// accepts by default, and once the screen model caught up with the flood under 6.5 MiB (right
+// after it, with the model behind, it is larger: no bound is asserted for that).
+spec!(
+    the_largest_default_snapshot_is_within_the_documented_bound,
+    async {
+        let d = Daemon::start();
+        let (mut raw, _) = Raw::connect_init(&d.url(), "size", &[]).await;
+        let t = term_uri("size");
+        raw.create_terminal(&t).await;
+        raw.subscribe(&t).await;
+        raw.type_text(
+            &t,
+            "stty -echo; yes $'\\001\\002\\003\\004\\006\\016\\017\\020' | head -c 3000000; \
+         echo; echo filled-$((5*5))\r",
+        )
+        .await;
+        raw.wait_data(&t, "filled-25", SHELL_TIMEOUT).await;
+        raw.forget();
+        let mut sizes = Vec::new();
+        let at_rest = eventually(
+            "the snapshot shrinks to its bound at rest",
+            SHELL_TIMEOUT,
+            async || {
+                let r = raw.request("subscribe", json!({ "channel": t })).await;
+                let bytes = serde_json::to_string(&r).unwrap().len();
+                raw.forget();
+                sizes.push(bytes);
+                (bytes <= (6 << 20) + (1 << 19)).then_some(bytes)
+            },
+        )
+        .await;
+        eprintln!("snapshot messages: {sizes:?} bytes");
+        assert!(at_rest > 4 << 20, "not control-dense: {sizes:?}");
+    }
+);

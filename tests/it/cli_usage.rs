@@ -286,10 +286,16 @@ spec!(
             out.stderr.contains("run, logs)") && !out.stderr.contains("__run"),
             "{out:?}"
         );
+        // The hidden upgrade-check is the daemon's own: not offered.
+        assert!(
+            out.stderr.contains("upgrade,") && !out.stderr.contains("upgrade-check"),
+            "{out:?}"
+        );
         let page = run(&["man"], &[]);
         assert!(page.stdout.contains("ahpty\\-run(1)"), "{}", page.stdout);
         assert!(!page.stdout.contains("ahpty\\-help"), "{}", page.stdout);
         assert!(!page.stdout.contains("__run"));
+        assert!(!page.stdout.contains("check"), "{}", page.stdout);
         for (sub, sections) in [
             (
                 None,
@@ -602,8 +608,25 @@ spec!(settings_mistakes_are_named_precisely, {
         "{}",
         out.stdout
     );
+    // Whole days beyond one as days (the docs' `7d`); one day stays `24h`.
+    assert!(
+        out.stdout.contains("persist_max_age = \"7d\""),
+        "{}",
+        out.stdout
+    );
+    let mut cmd = cli_command(home.path(), &["config", "--persist-max-age", "36h"]);
+    cmd.env("AHPTY_ORPHAN_GRACE", "2d");
+    let out = run_cli(cmd, CLI_TIMEOUT);
+    assert!(
+        out.stdout.contains("persist_max_age = \"36h\"")
+            && out.stdout.contains("orphan_grace = \"2d\""),
+        "{}",
+        out.stdout
+    );
     let help = run_cli(cli_command(home.path(), &["serve", "--help"]), CLI_TIMEOUT);
     assert!(help.stdout.contains("[default: 24h]"), "{}", help.stdout);
+    assert!(help.stdout.contains("[default: 7d]"), "{}", help.stdout);
+    assert!(!help.stdout.contains("168h"), "{}", help.stdout);
 });
 
 spec!(send_dash_types_stdin_of_any_size, async {

@@ -15,13 +15,32 @@ const SHIPPED_UNIT: &str = include_str!("../../docs/ahpty.service");
 
 struct Env {
     dir: tempfile::TempDir,
+    /// The socket standing in for a running systemd user manager's
+    /// (`$XDG_RUNTIME_DIR/systemd/private`), while it is bound.
+    _manager: Option<std::os::unix::net::UnixListener>,
 }
 
 impl Env {
+    /// A home with a systemd user manager (its socket only: `systemctl` is faked or absent).
     fn new() -> Env {
+        let env = Env::without_manager();
+        std::fs::create_dir_all(env.path("run/systemd")).unwrap();
+        let manager = std::os::unix::net::UnixListener::bind(env.path("run/systemd/private"))
+            .expect("bind the manager's socket");
+        Env {
+            _manager: Some(manager),
+            ..env
+        }
+    }
+
+    /// A home where no systemd user manager runs.
+    fn without_manager() -> Env {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("bin")).unwrap();
-        Env { dir }
+        Env {
+            dir,
+            _manager: None,
+        }
     }
 
     fn path(&self, p: &str) -> PathBuf {
@@ -54,6 +73,7 @@ impl Env {
             .env_clear()
             .env("HOME", self.dir.path())
             .env("XDG_CONFIG_HOME", self.path("cfg"))
+            .env("XDG_RUNTIME_DIR", self.path("run"))
             .env("PATH", self.path("bin"))
             .stdin(Stdio::null())
             .output()
@@ -196,6 +216,34 @@ spec!(
             "{}",
             text(&out.stdout)
         );
+    }
+);
+
+// Without a systemd user manager (as on this machine, or in a container) `install` writes
+// nothing, calls no systemctl, and says in one line how to run the daemon instead.
+spec!(
+    install_without_a_systemd_user_manager_leaves_nothing_behind,
+    {
+        let env = Env::without_manager();
+        env.fake_systemctl(0);
+        let out = env.service("install");
+        let stdout = text(&out.stdout);
+        assert_eq!(out.status.code(), Some(2), "{stdout}{}", text(&out.stderr));
+        assert_eq!(stdout.lines().count(), 1, "one line: {stdout}");
+        assert!(
+            stdout.contains("nothing installed") && stdout.contains("`ahpty serve`"),
+            "{stdout}"
+        );
+        assert!(
+            !env.path("cfg").exists(),
+            "something was written under XDG_CONFIG_HOME"
+        );
+        assert_eq!(env.systemctl_log(), "", "systemctl was run");
+        // No systemd at all: no hint about lingering, which needs it.
+        if !Path::new("/run/systemd/system").exists() {
+            assert!(stdout.contains("systemd is not running"), "{stdout}");
+            assert!(!stdout.contains("linger"), "{stdout}");
+        }
     }
 );
 
