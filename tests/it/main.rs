@@ -20,6 +20,7 @@ mod daemon_process;
 mod flow_control;
 mod handshake;
 mod hostile_input;
+mod hostile_output;
 mod hostile_peers;
 mod input_priority;
 mod limits;
