@@ -154,7 +154,11 @@ pub struct PipelineCarry {
 }
 
 /// What one action or query reply counts for in [`batch_bytes`], in bytes, besides the text it
-/// carries: about what it holds in memory.
+/// carries: about what handling it costs the host next to output text (an envelope of its
+/// own, encoded, fanned out, recorded and kept for replay, or a reply to write). So the
+/// hand-off holds at most 256 of them, and one merged update of the pump (256 KiB,
+/// `host::pump::COALESCE_BYTES`) at most 512, which bounds how long the host lock is held
+/// for a burst of marks.
 pub const ITEM_BYTES: usize = 512;
 
 /// What one item counts for in [`batch_bytes`]: its text's bytes for output, and
