@@ -22,7 +22,8 @@
 //! Cursor position reports are answered from a model advanced to the query's point (from the
 //! latest frozen state before it, so a program that asks at every prompt costs only the text
 //! in between). Replies to later queries wait behind an unanswered cursor report, so every
-//! program gets its replies in the order it asked.
+//! program gets its replies in the order it asked. A program that does not read its input
+//! gets no replies ([`MAX_ANSWER_BACKLOG`]), and at most [`MAX_WAITING_REPLIES`] wait.
 //!
 //! Everything here runs under the host lock and is bounded (copies of at most the retained
 //! content); the emulation runs in [`run`], on the blocking pool, [`MODEL_JOBS`] terminals at a
