@@ -249,6 +249,9 @@ impl Inner {
                     exit_code: None,
                 });
             }
+            // A transcript replayed from its last checkpoint may hold more parts than a live
+            // terminal keeps.
+            scrollback::merge_oldest(&mut state);
             let content_bytes = scrollback::trim(&mut state, cap);
             // Nothing feeds a restored terminal's model: its snapshots are the restored
             // content as it is.

@@ -22,7 +22,8 @@
 //! Cursor position reports are answered from a model advanced to the query's point (from the
 //! latest frozen state before it, so a program that asks at every prompt costs only the text
 //! in between). Replies to later queries wait behind an unanswered cursor report, so every
-//! program gets its replies in the order it asked.
+//! program gets its replies in the order it asked. A program that does not read its input
+//! gets no replies ([`MAX_ANSWER_BACKLOG`]), and at most [`MAX_WAITING_REPLIES`] wait.
 //!
 //! Everything here runs under the host lock and is bounded (copies of at most the retained
 //! content); the emulation runs in [`run`], on the blocking pool, [`MODEL_JOBS`] terminals at a
@@ -38,6 +39,7 @@ use tokio::sync::Notify;
 
 use super::{scrollback, Host};
 use crate::terminal::model::{self, Frozen, Model, Reply};
+use crate::terminal::process::MAX_PENDING_INPUT_BYTES;
 use crate::terminal::Pty;
 
 /// The model moves up once the content a snapshot retains starts this many bytes past it, or
@@ -68,6 +70,24 @@ pub const MAX_PENDING_BYTES: usize = 8 * 1024 * 1024;
 /// job waits for a permit is answered that much later (jobs take milliseconds; one that
 /// catches up on megabytes of output that cannot be skipped takes up to about a second).
 pub const MODEL_JOBS: usize = 2;
+
+/// Input waiting to be written to a terminal's pty (answers and client input alike), in bytes,
+/// above which the daemon stops answering the program's queries: a program that asks and
+/// does not read gets no more answers until it reads (they are dropped, not queued), so its
+/// unread answers never grow past this (plus what the pty itself buffers) and are not typed
+/// into whatever reads the terminal next. Answers are input: they count against
+/// [`MAX_PENDING_INPUT_BYTES`] like a client's.
+pub const MAX_ANSWER_BACKLOG: usize = 4096;
+
+/// Queries whose answers may wait for the model (cursor reports, and the answers queued
+/// behind them to keep their order); answers to further queries are dropped meanwhile.
+pub const MAX_WAITING_REPLIES: usize = 256;
+
+/// Whether an answer of `len` bytes is written to `process`: at most [`MAX_ANSWER_BACKLOG`]
+/// bytes of input are waiting, with it.
+fn answer_fits(process: &dyn Pty, len: usize) -> bool {
+    process.input_fits((MAX_PENDING_INPUT_BYTES - MAX_ANSWER_BACKLOG).saturating_add(len))
+}
 
 /// Most resizes remembered between the model and the live stream (older ones are applied to
 /// the model at the first remembered one's point).
@@ -353,11 +373,16 @@ impl Screen {
     /// Handles the replies to queries found in output just appended: `at` is each query's
     /// offset. Replies that need no model are written at once unless a cursor report is
     /// still being computed (then they wait their turn).
+    /// A program that does not read its input gets no answers (see [`MAX_ANSWER_BACKLOG`]),
+    /// and at most [`MAX_WAITING_REPLIES`] wait for the model; others are dropped.
     pub(super) fn queries(&mut self, replies: Vec<(u64, Reply)>, process: Option<&dyn Pty>) {
         for (at, reply) in replies {
+            if process.is_some_and(|p| !answer_fits(p, 0)) {
+                continue;
+            }
             if self.replies.is_empty() && !matches!(reply, Reply::CursorPosition { .. }) {
                 self.write_reply(&reply, process);
-            } else {
+            } else if self.replies.len() < MAX_WAITING_REPLIES {
                 self.replies.push_back((at, reply));
                 self.wake.notify_one();
             }
@@ -375,7 +400,7 @@ impl Screen {
         };
         // Only the pty vanishing can fail, and then nobody waits for the answer (nor does a
         // terminal without a process).
-        if let Some(process) = process {
+        if let Some(process) = process.filter(|p| answer_fits(*p, bytes.len())) {
             let _ = process.write(bytes);
         }
     }
@@ -593,7 +618,7 @@ impl Screen {
         if let Some((at, bytes, frozen)) = done.cursor {
             if matches!(self.replies.front(), Some((q, Reply::CursorPosition { .. })) if *q == at) {
                 self.replies.pop_front();
-                if let Some(process) = process {
+                if let Some(process) = process.filter(|p| answer_fits(*p, bytes.len())) {
                     let _ = process.write(bytes);
                 }
                 if at >= self.base_at {

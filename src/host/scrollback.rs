@@ -10,7 +10,14 @@
 //! start: so one command whose output alone exceeds the cap keeps the last cap bytes of it. A
 //! running (incomplete) command part is never dropped (`terminal/commandFinished` finds it by
 //! id); only the head of its output may be cut. A trim is not an action: it shows only in later
-//! snapshots (docs/protocol.md, "Retained content"). Pure functions on a `TerminalState`.
+//! snapshots (docs/protocol.md, "Retained content").
+//!
+//! The number of parts is bounded too ([`MAX_PARTS`]): a program can print an empty command
+//! cycle (OSC 133 `A`…`D`) in 40 bytes, and every walk over the parts (a trim, a snapshot, a
+//! checkpoint, the model's bookkeeping) would otherwise grow with them. Past twice the bound,
+//! [`merge_oldest`] folds the oldest completed parts into one unclassified part holding their
+//! text, so each part is merged O(1) times and no text is lost. Pure functions on a
+//! `TerminalState`.
 
 use ahp_types::state::{
     TerminalCommandPart, TerminalContentPart, TerminalState, TerminalUnclassifiedPart,
@@ -20,6 +27,80 @@ use crate::terminal::escape::sequence_len;
 
 /// How far past the byte cut [`trim`] looks for a newline to cut after, in bytes.
 const LINE_SEARCH_BYTES: usize = 4096;
+
+/// Most content parts a terminal keeps after [`merge_oldest`]; the content is merged once it
+/// holds more than [`merge_threshold`] (twice as many).
+pub const MAX_PARTS: usize = 1024;
+
+/// Content parts above which the host merges the oldest ones: twice [`MAX_PARTS`].
+pub fn merge_threshold() -> usize {
+    2 * MAX_PARTS
+}
+
+/// Folds the oldest parts of `state.content` into one unclassified part so that at most
+/// [`MAX_PARTS`] remain: its value is their text in order (the `value` of unclassified parts,
+/// the `output` of command parts), so the text stream is unchanged and only the command
+/// structure of old commands (id, command line, exit code) is lost. A running (incomplete)
+/// command part and what follows it are never merged. Returns the bytes the merge took off
+/// [`content_bytes`] (the merged command lines). Costs the merged parts' count plus the text
+/// appended to the first one (a first unclassified part is extended in place).
+pub fn merge_oldest(state: &mut TerminalState) -> usize {
+    let len = state.content.len();
+    if len <= MAX_PARTS {
+        return 0;
+    }
+    let running = state
+        .content
+        .iter()
+        .position(|p| matches!(p, TerminalContentPart::Command(c) if !c.is_complete))
+        .unwrap_or(len);
+    let n = (len - MAX_PARTS + 1).min(running);
+    if n < 2 {
+        return 0;
+    }
+    let before: usize = state.content[..n].iter().map(part_bytes).sum();
+    let mut merged = state.content.drain(..n);
+    let mut value = match merged.next() {
+        Some(TerminalContentPart::Unclassified(u)) => u.value,
+        Some(TerminalContentPart::Command(c)) => c.output,
+        _ => String::new(),
+    };
+    for part in merged {
+        match part {
+            TerminalContentPart::Unclassified(u) => value.push_str(&u.value),
+            TerminalContentPart::Command(c) => value.push_str(&c.output),
+            TerminalContentPart::Unknown(_) => {}
+        }
+    }
+    let removed = before - value.len();
+    state.content.insert(
+        0,
+        TerminalContentPart::Unclassified(TerminalUnclassifiedPart { value }),
+    );
+    removed
+}
+
+/// `terminal/commandFinished` reduced as the official reducer does (the command part with
+/// `commandId` completes, with the exit code and duration), but searched from the newest
+/// part: the command that finishes is the last one, and the reducer's search from the oldest
+/// would cost every part for every command. Command ids are UUIDs the daemon made, one per
+/// part, so both searches find the same part. Returns whether one was found.
+pub fn finish_command(
+    state: &mut TerminalState,
+    finished: &ahp_types::actions::TerminalCommandFinishedAction,
+) -> bool {
+    let part = state.content.iter_mut().rev().find_map(|p| match p {
+        TerminalContentPart::Command(c) if c.command_id == finished.command_id => Some(c),
+        _ => None,
+    });
+    let Some(c) = part else {
+        return false;
+    };
+    c.is_complete = true;
+    c.exit_code = finished.exit_code;
+    c.duration_ms = finished.duration_ms;
+    true
+}
 
 /// Bytes of text in one part.
 pub fn part_bytes(part: &TerminalContentPart) -> usize {
@@ -347,6 +428,64 @@ mod tests {
         let mut s = state(vec![text(&big), text(&big)]);
         trim(&mut s, 3300);
         assert_eq!(s.content, vec![text(&big)]);
+    }
+
+    #[test]
+    fn merging_keeps_the_text_and_the_running_command() {
+        let mut parts = vec![text("start\n")];
+        for i in 0..3 * MAX_PARTS {
+            parts.push(command(&i.to_string(), "true", &format!("{i}\n"), true));
+        }
+        parts.push(command("run", "sleep 9", "z", false));
+        let mut s = state(parts);
+        let text_before: String = s.content.iter().map(output_of).collect();
+        let bytes_before = content_bytes(&s);
+        let removed = merge_oldest(&mut s);
+        assert_eq!(s.content.len(), MAX_PARTS);
+        assert_eq!(content_bytes(&s), bytes_before - removed);
+        let text_after: String = s.content.iter().map(output_of).collect();
+        assert_eq!(text_after, text_before);
+        assert!(matches!(
+            &s.content[0],
+            TerminalContentPart::Unclassified(_)
+        ));
+        assert!(
+            matches!(s.content.last(), Some(TerminalContentPart::Command(c)) if c.command_id == "run")
+        );
+        // Under the bound: nothing to do; a running command is never merged.
+        assert_eq!(merge_oldest(&mut s), 0);
+        let mut s = state(
+            (0..MAX_PARTS + 10)
+                .map(|i| command(&i.to_string(), "x", "o", i != 0))
+                .collect(),
+        );
+        assert_eq!(merge_oldest(&mut s), 0);
+        assert_eq!(s.content.len(), MAX_PARTS + 10);
+    }
+
+    #[test]
+    fn finishing_from_the_newest_part_reduces_as_the_official_reducer() {
+        use ahp_types::actions::{StateAction, TerminalCommandFinishedAction};
+        let parts: Vec<_> = (0..5)
+            .map(|i| command(&i.to_string(), "x", "o", i != 3))
+            .chain([text("$ ")])
+            .collect();
+        for id in ["3", "1", "nope"] {
+            let finished = TerminalCommandFinishedAction {
+                command_id: id.into(),
+                exit_code: Some(7),
+                duration_ms: Some(12),
+            };
+            let mut ours = state(parts.clone());
+            let found = finish_command(&mut ours, &finished);
+            let mut official = state(parts.clone());
+            ahp::reducers::apply_action_to_terminal(
+                &mut official,
+                &StateAction::TerminalCommandFinished(finished),
+            );
+            assert_eq!(ours, official, "{id}");
+            assert_eq!(found, id != "nope");
+        }
     }
 
     #[test]

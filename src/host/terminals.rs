@@ -407,7 +407,15 @@ impl Inner {
         if matches!(action, StateAction::TerminalCleared(_)) {
             t.screen.before_clear(&t.state);
         }
-        apply_action_to_terminal(&mut t.state, &action);
+        match &action {
+            // Searched from the newest part (see `scrollback::finish_command`).
+            StateAction::TerminalCommandFinished(f) => {
+                scrollback::finish_command(&mut t.state, f);
+            }
+            _ => {
+                apply_action_to_terminal(&mut t.state, &action);
+            }
+        }
         let persisted = persist::Kind::of(&action);
         if matches!(
             action,
@@ -566,10 +574,14 @@ impl Inner {
 }
 
 impl TerminalEntry {
-    /// Counts `bytes` more of retained content, trimming it back to `cap` once it passes
-    /// [`scrollback::trim_threshold`].
+    /// Counts `bytes` more of retained content (after an action that may have added a part),
+    /// merging the oldest parts once there are more than [`scrollback::merge_threshold`] and
+    /// trimming the content back to `cap` once it passes [`scrollback::trim_threshold`].
     fn add_content(&mut self, bytes: usize, cap: usize) {
         self.content_bytes += bytes;
+        if self.state.content.len() > scrollback::merge_threshold() {
+            self.content_bytes -= scrollback::merge_oldest(&mut self.state);
+        }
         if self.content_bytes > scrollback::trim_threshold(cap) {
             self.screen.before_trim(&self.state, cap);
             self.content_bytes = scrollback::trim(&mut self.state, cap);

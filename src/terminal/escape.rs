@@ -44,9 +44,10 @@ use super::utf8::Utf8Decoder;
 /// while waiting for its end: 1 MiB.
 ///
 /// Give-up rule when a sequence grows past this many bytes without ending:
-/// * an OSC the performer removes ([`Perform::removes_osc`], e.g. a shell-integration OSC) is
-///   discarded: the held bytes and everything up to its terminator are dropped and it is not
-///   dispatched, so such a sequence never reaches a client even in part;
+/// * an OSC the performer removes ([`Perform::removes_osc`], e.g. a shell-integration OSC),
+///   or one it asks to drop when over-long ([`Perform::drops_overlong_osc`], e.g. a colour
+///   query), is discarded: the held bytes and everything up to its terminator are dropped and
+///   it is not dispatched, so such a sequence never reaches a client even in part;
 /// * any other sequence is released verbatim as text, and the rest of it (up to its
 ///   terminator) streams through as text as it arrives, without being held.
 ///
@@ -182,6 +183,14 @@ pub trait Perform {
     /// ending with this OSC's own bytes when it passes through: whatever the performer reports
     /// about the OSC should follow that text.
     fn osc_dispatch(&mut self, payload: &[u8], text: &mut String);
+
+    /// Whether an OSC whose payload begins with `payload` is dropped whole (not released as
+    /// text) once it grows past [`MAX_SEQUENCE_BYTES`]; like [`removes_osc`](Self::removes_osc),
+    /// the answer must depend only on what starts the payload. Default: what `removes_osc`
+    /// says.
+    fn drops_overlong_osc(&self, payload: &[u8]) -> bool {
+        self.removes_osc(payload)
+    }
 
     /// A complete OSC that [`removes_osc`](Self::removes_osc) passes, before anything else is
     /// done with it (`bell`: ended by BEL rather than ST): `true` removes it (and it is not
@@ -672,7 +681,7 @@ impl Framer {
             return;
         }
         self.vte = vte::Parser::new();
-        if kind == Kind::Osc && perform.removes_osc(osc_payload(&self.buf)) {
+        if kind == Kind::Osc && perform.drops_overlong_osc(osc_payload(&self.buf)) {
             self.buf = Vec::new();
             self.mode = Mode::Skip { after_esc: false };
         } else {

@@ -8,7 +8,8 @@
 //! Output written before a mark is emitted before the mark's action. Terminal queries the
 //! parser removed become [`OutputItem::Reply`]s, in stream order, for the host to answer. Touches nothing outside the terminal it belongs to.
 //!
-//! The hand-off is bounded in bytes of output ([`PENDING_OUTPUT_BYTES`]): when that much is
+//! The hand-off is bounded in bytes of output ([`PENDING_OUTPUT_BYTES`]; a mark's action or a
+//! query's reply counts [`ITEM_BYTES`] plus its strings, [`batch_bytes`]): when that much is
 //! waiting, the reader task stops reading the pty ([`EventSender::send`] waits), so the program
 //! blocks in `write`. The
 //! receiver is woken only when what it asked for is there — any event when it is idle, a
@@ -152,18 +153,50 @@ pub struct PipelineCarry {
     pub tracker: CommandTracker,
 }
 
-/// Bytes of output text in a batch of events (marks count 0).
-pub fn batch_bytes(batch: &[OutputItem]) -> usize {
-    batch
-        .iter()
-        .map(|e| match e {
-            OutputItem::Data(d) => d.len(),
-            OutputItem::Action(_) | OutputItem::Reply(_) => 0,
-        })
-        .sum()
+/// What one action or query reply counts for in [`batch_bytes`], in bytes, besides the text it
+/// carries: about what handling it costs the host next to output text (an envelope of its
+/// own, encoded, fanned out, recorded and kept for replay, or a reply to write). So the
+/// hand-off holds at most 256 of them, and one merged update of the pump (256 KiB,
+/// `host::pump::COALESCE_BYTES`) at most 512, which bounds how long the host lock is held
+/// for a burst of marks.
+pub const ITEM_BYTES: usize = 512;
+
+/// What one item counts for in [`batch_bytes`]: its text's bytes for output, and
+/// [`ITEM_BYTES`] plus the bytes of the strings it carries for an action (command id and line,
+/// cwd, title) or a reply.
+pub fn item_bytes(item: &OutputItem) -> usize {
+    use ahp_types::actions::StateAction as A;
+    match item {
+        OutputItem::Data(d) => d.len(),
+        OutputItem::Action(a) => {
+            ITEM_BYTES
+                + match a.as_ref() {
+                    A::TerminalCommandExecuted(e) => e.command_id.len() + e.command_line.len(),
+                    A::TerminalCommandFinished(f) => f.command_id.len(),
+                    A::TerminalCwdChanged(c) => c.cwd.len(),
+                    A::TerminalTitleChanged(t) => t.title.len(),
+                    _ => 0,
+                }
+        }
+        OutputItem::Reply(r) => {
+            ITEM_BYTES
+                + match r {
+                    query::Reply::Bytes(b) => b.len(),
+                    _ => 0,
+                }
+        }
+    }
 }
 
-/// Bytes of output text in an event (0 for EOF and exit).
+/// Bytes a batch of events counts for in the hand-off and in the pump's merging: its output
+/// text, plus [`item_bytes`] for each action and reply, so that output made only of marks or
+/// terminal queries (which print no text) is bounded like text: the reader stops reading the
+/// pty once the hand-off holds [`PENDING_OUTPUT_BYTES`] of them.
+pub fn batch_bytes(batch: &[OutputItem]) -> usize {
+    batch.iter().map(item_bytes).sum()
+}
+
+/// Bytes an event counts for in the hand-off ([`batch_bytes`]; 0 for EOF and exit).
 pub fn output_bytes(event: &TerminalEvent) -> usize {
     match event {
         TerminalEvent::Output(batch) => batch_bytes(batch),

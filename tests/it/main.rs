@@ -21,6 +21,7 @@ mod exited_terminals;
 mod flow_control;
 mod handshake;
 mod hostile_input;
+mod hostile_output;
 mod hostile_peers;
 mod input_priority;
 mod limits;

@@ -167,20 +167,34 @@ pub fn osc(payload: &[u8], bell: bool) -> Option<Vec<Query>> {
             } else {
                 12
             };
+            // Only the fields up to OSC 12 name a colour: a payload of any length yields at
+            // most three queries, and the fields after those are never looked at.
+            let fields = usize::from(13 - base);
             Some(
                 rest.iter()
-                    .enumerate()
-                    .filter(|(i, f)| **f == b"?" && base + (*i as u16) <= 12)
-                    .map(|(i, _)| Query::Color {
-                        which: base + i as u16,
-                        bell,
-                    })
+                    .take(fields)
+                    .zip(base..)
+                    .filter(|(f, _)| **f == b"?")
+                    .map(|(_, which)| Query::Color { which, bell })
                     .collect(),
             )
         }
         b"4" | b"52" => Some(vec![Query::Unanswered]),
         _ => None,
     }
+}
+
+/// Whether an OSC payload (possibly incomplete) is a colour sequence: OSC 4 (palette), 5
+/// (special colours) or 10–19 (dynamic colours), which set or query colours. None is ever
+/// near [`MAX_SEQUENCE_BYTES`](crate::terminal::escape::MAX_SEQUENCE_BYTES) long, so an
+/// over-long one is dropped whole rather than released as text: its tail is a query a
+/// client's emulator would answer.
+pub fn is_colour_osc(payload: &[u8]) -> bool {
+    let num = payload.split(|&b| b == b';').next().unwrap_or_default();
+    matches!(
+        num,
+        b"4" | b"5" | b"10" | b"11" | b"12" | b"13" | b"14" | b"15" | b"16" | b"17" | b"18" | b"19"
+    ) && payload.len() > num.len()
 }
 
 /// Whether a DCS (`buf` holds `ESC P` and what follows, without the terminator) is a query:
@@ -245,6 +259,25 @@ mod tests {
         assert_eq!(osc(b"52;c;?", false), Some(vec![Query::Unanswered]));
         assert_eq!(osc(b"0;what?", false), None);
         assert!(dcs(b"\x1bP$qm") && dcs(b"\x1bP+q544e") && !dcs(b"\x1bPq#0"));
+    }
+
+    #[test]
+    fn a_colour_query_of_any_length_asks_at_most_three_colours() {
+        let mut payload = b"10".to_vec();
+        for _ in 0..100_000 {
+            payload.extend_from_slice(b";?");
+        }
+        let asked = osc(&payload, true).unwrap_or_default();
+        let which: Vec<u16> = asked
+            .iter()
+            .map(|q| match q {
+                Query::Color { which, .. } => *which,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(which, [10, 11, 12]);
+        assert!(is_colour_osc(b"11;?") && is_colour_osc(b"4;1;?") && is_colour_osc(b"19;"));
+        assert!(!is_colour_osc(b"11") && !is_colour_osc(b"110;") && !is_colour_osc(b"52;c;?"));
     }
 
     #[test]

@@ -194,6 +194,10 @@ impl Perform for Marks<'_> {
         is_integration_osc(payload)
     }
 
+    fn drops_overlong_osc(&self, payload: &[u8]) -> bool {
+        is_integration_osc(payload) || query::is_colour_osc(payload)
+    }
+
     fn osc_dispatch(&mut self, payload: &[u8], text: &mut String) {
         if let Some(mark) = osc_mark(payload, self.nonce, self.require_nonce) {
             if !text.is_empty() {

@@ -740,3 +740,19 @@ fn suspend_and_resume_at_any_byte_equals_the_unsplit_stream() {
         }
     }
 }
+
+#[test]
+fn colour_queries_of_any_length_are_removed_whole() {
+    // Under the sequence limit (answered, at most once per colour) and past it (dropped):
+    // neither leaves a byte of text, and what follows passes.
+    for (fields, answered) in [(100_000, 2), (600_000, 0)] {
+        let mut input = b"\x1b]11".to_vec();
+        input.extend_from_slice(";?".repeat(fields).as_bytes());
+        input.extend_from_slice(b"\x07after");
+        let chunks: Vec<&[u8]> = input.chunks(4096).collect();
+        let out = run(&chunks);
+        assert_eq!(text_of(&out), "after", "{fields} fields");
+        let queries = out.iter().filter(|e| matches!(e, Parsed::Query(_))).count();
+        assert_eq!(queries, answered, "{fields} fields");
+    }
+}
