@@ -127,18 +127,16 @@ enum Accepted {
 }
 
 impl Accepted {
-    /// Closes the socket, first answering HTTP 503 without waiting if `plain` (not TLS; the
-    /// send buffer of a new socket is empty).
+    /// Closes the socket, first answering HTTP 503 without waiting if `plain` (not TLS), see
+    /// [`pending::refuse_at_once`].
     fn refuse_now(self, plain: bool) {
         if !plain {
             return;
         }
-        const ANSWER: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\
-            Retry-After: 1\r\nConnection: close\r\n\r\n";
-        let _ = match &self {
-            Accepted::Tcp(s, _) => s.try_write(ANSWER),
-            Accepted::Unix(s, _) => s.try_write(ANSWER),
-        };
+        match &self {
+            Accepted::Tcp(s, _) => pending::refuse_at_once(s),
+            Accepted::Unix(s, _) => pending::refuse_at_once(s),
+        }
     }
 }
 
