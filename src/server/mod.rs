@@ -12,6 +12,7 @@
 
 pub(crate) mod auth;
 mod connection;
+pub mod environ;
 pub mod fdlimit;
 pub mod handover;
 mod handshake;

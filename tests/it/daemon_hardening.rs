@@ -104,3 +104,39 @@ measured!(
         assert!(!d.stderr().contains("panicked"), "{}", d.stderr());
     }
 );
+
+// ─── The token out of /proc/PID/environ ─────────────────────────────────────────────────
+
+/// The daemon's own environment block as the kernel shows it to the same user's programs.
+fn environ_of(pid: u32) -> String {
+    let raw = std::fs::read(format!("/proc/{pid}/environ")).expect("read /proc/PID/environ");
+    String::from_utf8_lossy(&raw).replace('\0', "\n")
+}
+
+// A token given in $AHPTY_TOKEN works for connecting, but the daemon's /proc/PID/environ
+// (readable by any program in one of its terminals) no longer holds it, neither after start
+// nor after a live upgrade re-executed the daemon.
+spec!(the_environment_token_is_not_in_proc_environ, async {
+    let secret = "environ-token-0123456789-abcdef";
+    let d = Daemon::bare()
+        .args(&["--listen", "127.0.0.1:0", "--shell", "/bin/bash"])
+        .env("AHPTY_TOKEN", secret)
+        .start();
+    let url = format!("{}?tkn={secret}", d.url());
+    for when in ["after start", "after a live upgrade"] {
+        if when == "after a live upgrade" {
+            let out = crate::upgrade::upgrade(d.home()).await;
+            assert_eq!(out.code, Some(0), "{out:?}");
+        }
+        let (mut raw, _) = Raw::connect_init(&url, "environ", &[]).await;
+        let r = raw.request("ping", serde_json::json!({})).await;
+        assert!(r.get("error").is_none(), "{when}: {r}");
+        let environ = environ_of(d.pid());
+        assert!(
+            !environ.contains(secret),
+            "{when}: the token is in /proc/{}/environ:\n{environ}",
+            d.pid()
+        );
+    }
+    assert!(!d.stderr().contains(secret), "{}", d.stderr());
+});
