@@ -639,16 +639,6 @@ fn serve(
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e)
-            if e.kind() == std::io::ErrorKind::AddrInUse
-                && config
-                    .socket
-                    .as_ref()
-                    .is_some_and(|p| e.to_string().contains(&p.display().to_string())) =>
-        {
-            eprintln!("ahpty: {e} (to run a second daemon, give it --socket PATH or --no-socket)");
-            ExitCode::from(1)
-        }
         Err(e) => {
             eprintln!("ahpty: {e}");
             ExitCode::from(1)

@@ -60,7 +60,7 @@ async fn handshake(addr: std::net::SocketAddr) -> (Answer, Option<tokio::net::Tc
     }
 }
 
-// Bursts of 300 handshakes at once against `--max-connections 8`, for a second or more:
+// Bursts of 300 handshakes at once against `--max-connections 8`, for two seconds:
 // beyond the connection limit and the pending-handshake table alike, every one is answered,
 // 101 or 503 (a client can tell "busy, retry" from a crash); none is closed bare or reset.
 // A bystander's ping and keystroke echo stay fast meanwhile.
@@ -74,7 +74,11 @@ measured!(
         let bystander = Bystander::start_without_new_connections(&d.url());
         let t0 = Instant::now();
         let mut bursts = 0;
-        while bursts < 3 || t0.elapsed() < std::time::Duration::from_secs(1) {
+        // One burst every 250 ms (each takes tens of ms), so that the bystander measures the
+        // attack rather than this process keeping the machine's two cores busy.
+        let mut pace = tokio::time::interval(std::time::Duration::from_millis(250));
+        while bursts < 4 || t0.elapsed() < std::time::Duration::from_secs(2) {
+            pace.tick().await;
             bursts += 1;
             let started = Instant::now();
             let tasks: Vec<_> = (0..BURST).map(|_| tokio::spawn(handshake(addr))).collect();
@@ -139,4 +143,102 @@ spec!(the_environment_token_is_not_in_proc_environ, async {
         );
     }
     assert!(!d.stderr().contains(secret), "{}", d.stderr());
+});
+
+// ─── The default socket's directory taken by another user ───────────────────────────────
+
+/// The default socket's directory of a daemon whose `$HOME` is `home`, created first by
+/// "another user" (uid 65534, nobody) as a squatter would; returns it.
+fn squatted_socket_dir(home: &std::path::Path) -> std::path::PathBuf {
+    use std::os::unix::fs::DirBuilderExt;
+    let dir = runtime_dir(home).join("ahpty");
+    std::fs::DirBuilder::new().mode(0o777).create(&dir).unwrap();
+    std::os::unix::fs::chown(&dir, Some(65534), Some(65534)).expect("chown to nobody");
+    dir
+}
+
+// Another user created the default socket's directory first: `ahpty serve` leaves the default
+// socket out with a warning that says what to do, and serves on TCP; nothing is created in
+// that directory. A socket named with --socket in it stays a refusal to start.
+spec!(
+    a_default_socket_dir_of_another_user_is_skipped_with_a_warning,
+    async {
+        let home = tempfile::tempdir().unwrap();
+        let dir = squatted_socket_dir(home.path());
+        let d = Daemon::builder().home_at(home.path()).start();
+        let (mut raw, _) = Raw::connect_init(&d.url(), "squatted", &[]).await;
+        let r = raw.request("ping", serde_json::json!({})).await;
+        assert!(r.get("error").is_none(), "{r}");
+        let log = d.stderr();
+        let warning = log
+            .lines()
+            .find(|l| l.contains("WARN") && l.contains("without the default socket"))
+            .unwrap_or_else(|| panic!("no warning about the default socket:\n{log}"));
+        assert!(
+            warning.contains(&dir.display().to_string())
+                && warning.contains("uid 65534")
+                && warning.contains("--socket PATH"),
+            "{warning}"
+        );
+        assert_eq!(
+            std::fs::read_dir(&dir).unwrap().count(),
+            0,
+            "something was created in the other user's directory"
+        );
+        drop(raw);
+        drop(d);
+
+        let named = dir.join("mine.sock");
+        let (code, err) = Daemon::builder()
+            .home_at(home.path())
+            .args(&["--socket", named.to_str().unwrap()])
+            .refused();
+        assert_eq!(code, Some(1), "{err}");
+        assert!(
+            err.contains(&dir.display().to_string()) && err.contains("uid 65534"),
+            "{err}"
+        );
+    }
+);
+
+// ─── A second daemon ────────────────────────────────────────────────────────────────────
+
+// A second `ahpty serve` that runs into the first one everywhere (the same TCP port, the same
+// default socket, the same state directory) is told about all three in one go.
+spec!(a_second_daemon_hears_every_conflict_at_once, async {
+    let first = Daemon::start();
+    let (code, err) = Daemon::bare()
+        .args(&[
+            "--listen",
+            first.addr(),
+            "--shell",
+            "/bin/bash",
+            "--no-auth",
+        ])
+        .home_of(&first)
+        .refused();
+    assert_eq!(code, Some(1), "{err}");
+    let socket = first.socket().display().to_string();
+    for (what, needle) in [
+        (
+            "the TCP port",
+            format!("cannot listen on {}: address already in use", first.addr()),
+        ),
+        ("the socket", format!("cannot listen on unix:{socket}")),
+        (
+            "the socket's advice",
+            "--socket PATH or --no-socket".to_string(),
+        ),
+        ("the state directory", format!("pid {}", first.pid())),
+    ] {
+        assert!(
+            err.contains(&needle),
+            "{what} is not reported ({needle}):\n{err}"
+        );
+    }
+    // The first daemon is untouched and still serves on its socket.
+    assert!(first.socket().exists());
+    let (mut raw, _) = Raw::connect_init(&first.url(), "first", &[]).await;
+    let r = raw.request("ping", serde_json::json!({})).await;
+    assert!(r.get("error").is_none(), "{r}");
 });
