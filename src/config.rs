@@ -1421,6 +1421,11 @@ impl Settings {
                 .clone()
                 .unwrap_or_else(default_socket_path)
         });
+        // Neither `socket` nor a `listen` entry named it: the default path.
+        let socket_is_default = self.socket.value.is_none()
+            && socket
+                .as_ref()
+                .is_some_and(|p| !listen.contains(&Listen::Unix(p.clone())));
         if let Some(path) = &socket {
             if !listen.contains(&Listen::Unix(path.clone())) {
                 listen.push(Listen::Unix(path.clone()));
@@ -1429,6 +1434,7 @@ impl Settings {
         let config = Config {
             listen,
             socket,
+            socket_is_default,
             auth,
             tls,
             max_connections: self.max_connections.value,
@@ -1653,6 +1659,10 @@ pub struct Config {
     /// The default Unix socket the client subcommands connect to (also in `listen`); `None`
     /// with `no_socket`.
     pub socket: Option<PathBuf>,
+    /// `socket` is the default path ([`default_socket_path`]), named by no setting: a
+    /// directory there that is not safe to use (another user's) costs a warning and the
+    /// daemon serves on without it; a socket someone named stays a refusal to start.
+    pub socket_is_default: bool,
     /// Token authentication on TCP listeners.
     pub auth: Auth,
     /// TLS for every TCP listener (`wss://`); `None` = plain `ws://`.
@@ -1738,6 +1748,7 @@ impl Default for Config {
         Config {
             listen: vec![Listen::Tcp(default_listen_addr())],
             socket: None,
+            socket_is_default: false,
             auth: Auth::Generate,
             tls: None,
             max_connections: DEFAULT_MAX_CONNECTIONS,

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use ahpty::config::{
     self, help, parse_flag, parse_item, AgentEnvArg, ConfigError, Layer, Listen, Loaded, Origin,
-    ReportColors, Val, KEYS, TOKEN_ENV,
+    ReportColors, Val, KEYS,
 };
 use ahpty::service;
 use clap::{CommandFactory, Parser, Subcommand};
@@ -349,13 +349,13 @@ impl ServeArgs {
 }
 
 fn main() -> ExitCode {
+    // Take the token out of the environment first, before any thread or terminal exists: no
+    // child inherits it and /proc/PID/environ no longer shows it (ahpty::server::environ).
+    // SAFETY: the first statement of main; no thread exists yet.
+    let env_token = unsafe { ahpty::server::environ::take_token() };
     // A live upgrade's hand-over, read before any thread exists (it may go back to the old
     // image from here, see ahpty::upgrade).
     let inherited = ahpty::upgrade::take_inherited();
-    // Take the token out of the environment before any thread or terminal exists, so no child
-    // process ever inherits it.
-    let env_token = std::env::var(TOKEN_ENV).ok();
-    std::env::remove_var(TOKEN_ENV);
     // Runs inside a terminal on behalf of `ahpty run`: not a subcommand of the interface (no
     // help, completion or man page), no logging of its own.
     let mut args = std::env::args_os().skip(1);
@@ -642,16 +642,6 @@ fn serve(
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e)
-            if e.kind() == std::io::ErrorKind::AddrInUse
-                && config
-                    .socket
-                    .as_ref()
-                    .is_some_and(|p| e.to_string().contains(&p.display().to_string())) =>
-        {
-            eprintln!("ahpty: {e} (to run a second daemon, give it --socket PATH or --no-socket)");
-            ExitCode::from(1)
-        }
         Err(e) => {
             eprintln!("ahpty: {e}");
             ExitCode::from(1)

@@ -12,6 +12,7 @@
 
 pub(crate) mod auth;
 mod connection;
+pub mod environ;
 pub mod fdlimit;
 pub mod handover;
 mod handshake;
@@ -127,18 +128,16 @@ enum Accepted {
 }
 
 impl Accepted {
-    /// Closes the socket, first answering HTTP 503 without waiting if `plain` (not TLS; the
-    /// send buffer of a new socket is empty).
+    /// Closes the socket, first answering HTTP 503 without waiting if `plain` (not TLS), see
+    /// [`pending::refuse_at_once`].
     fn refuse_now(self, plain: bool) {
         if !plain {
             return;
         }
-        const ANSWER: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\
-            Retry-After: 1\r\nConnection: close\r\n\r\n";
-        let _ = match &self {
-            Accepted::Tcp(s, _) => s.try_write(ANSWER),
-            Accepted::Unix(s, _) => s.try_write(ANSWER),
-        };
+        match &self {
+            Accepted::Tcp(s, _) => pending::refuse_at_once(s),
+            Accepted::Unix(s, _) => pending::refuse_at_once(s),
+        }
     }
 }
 
@@ -240,18 +239,15 @@ impl Server {
     /// Checks the security settings ([`auth::check_config`]; its warnings are logged), opens
     /// the transcript store (restoring the terminals it holds; see [`crate::store::open`]),
     /// loads TLS, resolves the token (generating one for [`Auth::Generate`]) and binds every
-    /// listener. Errors name the listener, file or state directory at fault.
+    /// listener. Errors name the listener, file or state directory at fault; when several
+    /// are taken (a second daemon: its state directory, TCP port and socket), the error names
+    /// every one, one per line ([`Conflicts`]), so one try tells them all. A default socket
+    /// ([`Config::socket_is_default`]) that cannot be made for another reason than a daemon
+    /// listening on it (e.g. its directory belongs to another user) is left out with a
+    /// warning.
     pub async fn bind(config: &Config) -> io::Result<Server> {
         let warnings = auth::check_config(config)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-        // First, so that a second daemon on the same directory says only that.
-        let store = match &config.persist {
-            Some(p) => crate::store::open(p)?,
-            None => None,
-        };
-        for w in warnings {
-            tracing::warn!("{w}");
-        }
         let tls = config.tls.as_ref().map(tls::acceptor).transpose()?;
         let (token, generated_token) = match &config.auth {
             Auth::Disabled => (None, false),
@@ -263,36 +259,74 @@ impl Server {
             ),
             Auth::Token { token, .. } => (Some(token.clone()), false),
         };
+        let mut conflicts = Conflicts::default();
+        let store = match &config.persist {
+            Some(p) => crate::store::open(p).unwrap_or_else(|e| {
+                conflicts.push(e);
+                None
+            }),
+            None => None,
+        };
         let mut listeners = Vec::new();
+        let mut left_out = None;
         for listen in &config.listen {
             match listen {
                 Listen::Tcp(addr) => {
-                    let listener = listen_tcp(*addr).map_err(|e| {
-                        io::Error::new(
+                    let bound = listen_tcp(*addr).and_then(|l| Ok((l.local_addr()?, l)));
+                    match bound {
+                        Ok((addr, listener)) => {
+                            pending::defer_accept(&listener);
+                            listeners.push(Listener::tcp(
+                                listener,
+                                addr,
+                                tls.clone(),
+                                config,
+                                token.clone(),
+                            ));
+                        }
+                        Err(e) => conflicts.push(io::Error::new(
                             e.kind(),
                             format!("cannot listen on {addr}: {}", bind_error(&e)),
-                        )
-                    })?;
-                    let addr = listener.local_addr()?;
-                    pending::defer_accept(&listener);
-                    listeners.push(Listener::tcp(
-                        listener,
-                        addr,
-                        tls.clone(),
-                        config,
-                        token.clone(),
-                    ));
+                        )),
+                    }
                 }
-                Listen::Unix(path) => {
-                    let socket = UnixSocket::bind(path).map_err(|e| {
-                        io::Error::new(
+                Listen::Unix(path) => match UnixSocket::bind(path) {
+                    Ok(socket) => listeners.push(Listener::unix(socket, config)),
+                    Err(e) => {
+                        let default = config.socket_is_default
+                            && config.socket.as_deref() == Some(path.as_path());
+                        let in_use = e.kind() == io::ErrorKind::AddrInUse;
+                        let hint = if in_use && config.socket.as_deref() == Some(path.as_path()) {
+                            "; to run a second daemon, give it --socket PATH or --no-socket"
+                        } else {
+                            ""
+                        };
+                        let e = io::Error::new(
                             e.kind(),
-                            format!("cannot listen on unix:{}: {e}", path.display()),
-                        )
-                    })?;
-                    listeners.push(Listener::unix(socket, config));
-                }
+                            format!("cannot listen on unix:{}: {e}{hint}", path.display()),
+                        );
+                        if default && !in_use {
+                            left_out = Some(e);
+                        } else {
+                            conflicts.push(e);
+                        }
+                    }
+                },
             }
+        }
+        match left_out {
+            // Nothing else to serve on: the default socket was the daemon's only way in.
+            Some(e) if listeners.is_empty() => conflicts.push(e),
+            Some(e) => tracing::warn!(
+                "{e}; serving without the default socket meanwhile: the client subcommands \
+                 need --url (or $AHPTY_URL) to reach this daemon"
+            ),
+            None => {}
+        }
+        conflicts.into_result()?;
+        // Only a daemon that starts warns about its settings: a refusal says only why.
+        for w in warnings {
+            tracing::warn!("{w}");
         }
         let host = Host::with_store(config, store);
         Ok(Server {
@@ -515,6 +549,39 @@ pub async fn serve(config: &Config, shutdown: impl Future<Output = ()>) -> io::R
     let server = Server::bind(config).await?;
     server.run(shutdown).await;
     Ok(())
+}
+
+/// Every reason binding failed (a taken port, a socket in use, a locked state directory), so
+/// that one error reports them all.
+#[derive(Default)]
+struct Conflicts(Vec<io::Error>);
+
+impl Conflicts {
+    fn push(&mut self, e: io::Error) {
+        self.0.push(e);
+    }
+
+    /// `Ok` if nothing failed; else the one error, or for several an error whose message
+    /// names each on a line of its own (kind `AddrInUse` if one of them is).
+    fn into_result(self) -> io::Result<()> {
+        let mut all = self.0;
+        match all.len() {
+            0 => Ok(()),
+            1 => Err(all.remove(0)),
+            n => {
+                let kind = all
+                    .iter()
+                    .map(|e| e.kind())
+                    .find(|k| *k == io::ErrorKind::AddrInUse)
+                    .unwrap_or(all[0].kind());
+                let lines: Vec<String> = all.iter().map(|e| format!("  {e}")).collect();
+                Err(io::Error::new(
+                    kind,
+                    format!("cannot start, {n} problems:\n{}", lines.join("\n")),
+                ))
+            }
+        }
+    }
 }
 
 /// Connections the kernel may hold for a TCP listener before `accept` (`listen(2)` backlog,

@@ -19,7 +19,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::net::IpAddr;
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -44,9 +44,17 @@ pub const FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(2);
 /// this long (a real upgrade takes milliseconds).
 pub const EVICTABLE_AFTER: Duration = Duration::from_secs(2);
 
-/// Refused sockets (HTTP 503) being answered at once; beyond it a refused socket is closed
-/// without an answer.
+/// Refused sockets (HTTP 503) answered in the background, lingering for the peer to read
+/// the answer ([`REFUSAL_LINGER`]); beyond it a refused socket is answered without waiting
+/// ([`refuse_at_once`]).
 const MAX_REFUSALS_IN_FLIGHT: usize = 64;
+
+/// Most request bytes [`refuse_at_once`] reads (and discards) before closing, so that the
+/// close sends a FIN after the answer instead of a reset that would destroy it.
+const AT_ONCE_DRAIN_BYTES: usize = 64 * 1024;
+
+/// The answer to a refused handshake: HTTP 503, retry in a second.
+const BUSY_BODY: &str = "too many handshakes in progress; try again later\n";
 
 /// How long a refused socket is read (and discarded) after the 503, so that closing it does
 /// not reset the connection before the client has read the answer.
@@ -257,13 +265,13 @@ impl Pending {
         self.len() == 0
     }
 
-    /// Answers a refused plain (not TLS) socket with HTTP 503 in the background, or closes it
-    /// at once when too many refusals are already being answered.
-    pub fn refuse<S>(&self, stream: S)
-    where
-        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    {
+    /// Answers a refused plain (not TLS) socket with HTTP 503: in the background (lingering
+    /// up to [`REFUSAL_LINGER`] for the peer to read it) while fewer than
+    /// [`MAX_REFUSALS_IN_FLIGHT`] are, else at once ([`refuse_at_once`]). Every refused
+    /// socket gets the answer: a client can tell "busy, retry" from a crash.
+    pub fn refuse<S: Refusable>(&self, stream: S) {
         let Ok(permit) = self.refusals.clone().try_acquire_owned() else {
+            refuse_at_once(&stream);
             return;
         };
         tokio::spawn(async move {
@@ -276,13 +284,7 @@ impl Pending {
 /// Writes an HTTP 503 answer, then reads and discards what the peer sent (a bounded amount)
 /// until it closes, so the answer is not lost to a connection reset.
 async fn refuse<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S) -> io::Result<()> {
-    const BODY: &str = "too many handshakes in progress; try again later\n";
-    let answer = format!(
-        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n\
-         Content-Length: {}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n{BODY}",
-        BODY.len()
-    );
-    stream.write_all(answer.as_bytes()).await?;
+    stream.write_all(busy_answer().as_bytes()).await?;
     stream.shutdown().await?;
     let mut buf = [0u8; 4096];
     let mut left: usize = 64 * 1024;
@@ -294,6 +296,62 @@ async fn refuse<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S) -> io::Result<
         left = left.saturating_sub(n);
     }
     Ok(())
+}
+
+/// The HTTP 503 answer with its headers and [`BUSY_BODY`].
+fn busy_answer() -> String {
+    format!(
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n\
+         Content-Length: {}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n{BUSY_BODY}",
+        BUSY_BODY.len()
+    )
+}
+
+/// A freshly accepted plain socket (TCP or Unix) that can be refused without waiting.
+pub trait Refusable: AsyncRead + AsyncWrite + AsRawFd + Unpin + Send + 'static {
+    /// A read that does not wait (`WouldBlock` when nothing is there).
+    fn try_read(&self, buf: &mut [u8]) -> io::Result<usize>;
+    /// A write that does not wait.
+    fn try_write(&self, buf: &[u8]) -> io::Result<usize>;
+}
+
+impl Refusable for tokio::net::TcpStream {
+    fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        tokio::net::TcpStream::try_read(self, buf)
+    }
+    fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
+        tokio::net::TcpStream::try_write(self, buf)
+    }
+}
+
+impl Refusable for tokio::net::UnixStream {
+    fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        tokio::net::UnixStream::try_read(self, buf)
+    }
+    fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
+        tokio::net::UnixStream::try_write(self, buf)
+    }
+}
+
+/// Answers a refused socket with HTTP 503 without waiting, before the caller closes it: reads
+/// (and discards) the request bytes already received (at most [`AT_ONCE_DRAIN_BYTES`]),
+/// writes the answer (a new socket's send buffer is empty, so it fits) and shuts the write
+/// side down. Closing a socket with unread received bytes makes the kernel send a reset
+/// instead of the answer and a FIN, and a reset destroys the answer before the client reads
+/// it; a client sends its whole request at once (the kernel holds TCP connections back until
+/// it has spoken, [`defer_accept`]), so after the drain the close is graceful.
+pub fn refuse_at_once<S: Refusable>(stream: &S) {
+    let mut buf = [0u8; 4096];
+    let mut read = 0;
+    while read < AT_ONCE_DRAIN_BYTES {
+        match stream.try_read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => read += n,
+        }
+    }
+    let _ = stream.try_write(busy_answer().as_bytes());
+    // SAFETY: shutdown(2) on a descriptor the stream owns; no memory is passed.
+    unsafe { libc::shutdown(stream.as_raw_fd(), libc::SHUT_WR) };
 }
 
 /// A stream that records whether anything was ever read from it.

@@ -162,7 +162,7 @@ fn prepare_dir(path: &Path) -> io::Result<()> {
                     io::ErrorKind::PermissionDenied,
                     format!(
                         "the socket's directory {} belongs to uid {}, not to this user: put \
-                         the socket in a private directory, e.g. $XDG_RUNTIME_DIR/ahpty/ahpty.sock",
+                         the socket in a directory of your own (--socket PATH)",
                         dir.display(),
                         meta.uid()
                     ),

@@ -16,6 +16,7 @@ mod cli_client;
 mod cli_usage;
 mod command_detection;
 mod config;
+mod daemon_hardening;
 mod daemon_process;
 mod exited_terminals;
 mod flow_control;

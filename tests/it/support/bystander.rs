@@ -135,6 +135,16 @@ impl Bystander {
     /// Connects to `url`, starts `cat` in a terminal and returns once it echoes; then measures
     /// in the background.
     pub fn start(url: &str) -> Bystander {
+        Bystander::run(url, true)
+    }
+
+    /// [`Bystander::start`] without the new-connection round trips: for an attack that fills
+    /// the connection limit on purpose, where a new connection is rightly refused (503).
+    pub fn start_without_new_connections(url: &str) -> Bystander {
+        Bystander::run(url, false)
+    }
+
+    fn run(url: &str, new_connections: bool) -> Bystander {
         let url = url.to_string();
         let stop = Arc::new(AtomicBool::new(false));
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
@@ -179,7 +189,7 @@ impl Bystander {
                     }
                     // Keep the record small: only what is needed to find the next marker.
                     raw.forget();
-                    if n % 20 == 1 {
+                    if new_connections && n % 20 == 1 {
                         let t0 = Instant::now();
                         let (fresh, _) = Raw::connect_init(&url, &format!("probe-{n}"), &[]).await;
                         samples.connect.push(t0.elapsed());
