@@ -39,6 +39,7 @@ mod shell_integration_scripts;
 mod terminal_lifecycle;
 mod terminal_model;
 mod upgrade;
+mod upgrade_load;
 mod utf8_output;
 mod vscode;
 mod websocat_recipes;
