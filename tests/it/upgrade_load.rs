@@ -25,7 +25,7 @@ fn peak_rss(pid: u32, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
     std::thread::spawn(move || {
         let peak = AtomicU64::new(0);
         while !stop.load(Ordering::Relaxed) {
-            let now = status_kib(pid, "VmRSS:");
+            let now = rss_kib(pid);
             peak.fetch_max(now, Ordering::Relaxed);
             std::thread::sleep(Duration::from_millis(5));
         }
@@ -42,7 +42,7 @@ measured!(
             .args(&["--upgrade-timeout", UPGRADE_TIMEOUT])
             .start();
         let pid = d.pid();
-        let rss_empty = status_kib(pid, "VmRSS:");
+        let rss_empty = rss_kib(pid);
         let mut shells = Vec::new();
         {
             let (mut a, _) = Raw::connect_init(&d.url(), "load-a", &[ROOT]).await;
@@ -52,16 +52,19 @@ measured!(
                 a.subscribe_at(&t).await;
                 a.ready(&t).await;
                 let shell = a.shell_pid(&t).await;
-                a.type_text(&t, "yes\r").await;
-                // Nobody reads the flood: the terminals run at full speed into their histories.
                 a.unsubscribe(&t).await;
                 shells.push((t, shell));
+            }
+            // Every shell is ready before the first flood starts (a shell starts slowly next to
+            // floods on two cores). Nobody reads them: they run at full speed into the histories.
+            for (t, _) in &shells {
+                a.type_text(t, "yes\r").await;
             }
         }
         // The floods fill the histories (4 MiB each by default) and scrollbacks (1 MiB).
         let retained_kib = (FLOODS as u64) * 4 * 1024;
         let rss_full = eventually("the floods fill their histories", FLOOD_FILL, async || {
-            let now = status_kib(pid, "VmRSS:");
+            let now = rss_kib(pid);
             if now >= rss_empty + retained_kib {
                 Ok(now)
             } else {
