@@ -57,6 +57,21 @@ pub struct HostImage {
     pub seen_clients: Vec<(String, u64, u8)>,
     /// Every terminal.
     pub terminals: Vec<TerminalImage>,
+    /// The shell-integration script directory (`$TMPDIR/ahpty-PID-…`), which the new image
+    /// goes on using and removes when it stops.
+    #[serde(default)]
+    pub script_dir: Option<std::path::PathBuf>,
+}
+
+impl HostImage {
+    /// Drops the retained envelopes of every channel (for a hand-over that did not fit: the
+    /// clients then resume with a snapshot instead of a replay).
+    pub fn forget_histories(&mut self) {
+        self.root_history.forget();
+        for t in &mut self.terminals {
+            t.history.forget();
+        }
+    }
 }
 
 /// One terminal of a [`HostImage`].
@@ -161,6 +176,7 @@ impl Host {
                 .filter_map(|t| Some((t.serial, t.process.clone()?, t.subscribers.wake.clone())))
                 .collect()
         };
+        let started = Instant::now();
         let mut io_state = HashMap::new();
         for (id, process, wake) in processes {
             let pid = process.pid();
@@ -199,6 +215,11 @@ impl Host {
             }
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
+        tracing::info!(
+            terminals = io_state.len(),
+            ms = started.elapsed().as_millis() as u64,
+            "terminals suspended"
+        );
         let _ = tokio::task::spawn_blocking(terminal::process::freeze_reaping).await;
         // Everything recorded so far reaches the transcripts (the new image appends to them).
         let store = self.lock().store.clone();
@@ -209,6 +230,10 @@ impl Host {
                 tracing::warn!("the transcripts were not flushed within 2 s");
             }
         }
+        tracing::info!(
+            ms = started.elapsed().as_millis() as u64,
+            "transcripts flushed"
+        );
         let mut inner = self.lock();
         let mut fds = Vec::new();
         let mut terminals = Vec::new();
@@ -274,6 +299,7 @@ impl Host {
             root_history: inner.root_history.image(),
             seen_clients: inner.seen_clients.image(),
             terminals,
+            script_dir: crate::terminal::shell_integration::current_script_dir(),
         };
         (image, fds)
     }
@@ -296,6 +322,9 @@ impl Host {
             o.restored.clear();
             o
         });
+        if let Some(dir) = &image.script_dir {
+            crate::terminal::shell_integration::adopt_script_dir(dir);
+        }
         let mut host = Host::with_store(config, store);
         match Arc::get_mut(&mut host) {
             Some(h) => h.instance_id = image.instance_id,

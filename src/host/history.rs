@@ -108,7 +108,9 @@ impl History {
                 .iter()
                 .map(|e| EntryImage {
                     server_seq: e.server_seq,
-                    text: e.text.as_str().to_owned(),
+                    // Shared, not copied: a hand-over costs no second copy of the histories.
+                    text: e.text.clone(),
+                    bytes: None,
                     rejected_for: e.rejected_for.clone(),
                 })
                 .collect(),
@@ -122,11 +124,40 @@ impl History {
             h.bytes += e.text.len();
             h.entries.push_back(Entry {
                 server_seq: e.server_seq,
-                text: e.text.into(),
+                text: e.text,
                 rejected_for: e.rejected_for,
             });
         }
         h
+    }
+}
+
+impl HistoryImage {
+    /// Drops every entry, keeping what it covered known as not covered any more (a
+    /// `reconnect` from before then gets a snapshot instead of a replay).
+    pub fn forget(&mut self) {
+        if let Some(last) = self.entries.last() {
+            self.floor = self.floor.max(last.server_seq);
+        }
+        self.entries = Vec::new();
+    }
+}
+
+fn empty_frame() -> Frame {
+    Frame::from("")
+}
+
+/// A [`Frame`] as a JSON string (and back, without a copy of the parsed string).
+mod frame_text {
+    use crate::codec::Frame;
+
+    pub fn serialize<S: serde::Serializer>(f: &Frame, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(f.as_str())
+    }
+
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Frame, D::Error> {
+        let text: String = serde::Deserialize::deserialize(d)?;
+        Ok(Frame::from(text))
     }
 }
 
@@ -148,8 +179,13 @@ pub struct HistoryImage {
 pub struct EntryImage {
     /// The envelope's `serverSeq`.
     pub server_seq: u64,
-    /// The `action` notification exactly as it was sent.
-    pub text: String,
+    /// The `action` notification exactly as it was sent (a JSON string); empty when it
+    /// follows the JSON as `bytes` raw bytes (format 2, `upgrade::format`).
+    #[serde(with = "frame_text", default = "empty_frame")]
+    pub text: Frame,
+    /// The length of the text in bytes, when the text follows the JSON (format 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
     /// For a rejected action, the client it is replayed to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rejected_for: Option<String>,

@@ -19,7 +19,16 @@ const POLL: Duration = Duration::from_millis(20);
 /// that ended before it took over: the case docs/upgrade.md says cannot be caught).
 pub fn run(pid: Option<u32>, socket: &Path, timeout: Duration, out: &mut dyn io::Write) -> u8 {
     let pid = match pid {
-        Some(p) => p,
+        Some(p) => match is_daemon(p) {
+            Ok(()) => p,
+            Err(why) => {
+                eprintln!(
+                    "ahpty: pid {p} is not an ahpty daemon of this user ({why}); not signalled: \
+                     give the pid of `ahpty serve`, or leave --pid out to find it on its socket"
+                );
+                return 1;
+            }
+        },
         None => match socket_peer_pid(socket) {
             Ok(p) => p,
             Err(e) => {
@@ -69,6 +78,62 @@ pub fn run(pid: Option<u32>, socket: &Path, timeout: Duration, out: &mut dyn io:
     }
 }
 
+/// Whether `pid` is an ahpty daemon of this user, which handles SIGUSR2 (to any other
+/// process the signal's default action is death): a process of this user that holds the lock
+/// of an ahpty state directory naming it (`daemon.lock`, see `store/dir.rs`), or whose
+/// executable is named `ahpty…` and that runs `serve`. Errors say which check failed.
+fn is_daemon(pid: u32) -> Result<(), String> {
+    let id = i32::try_from(pid).map_err(|_| "no such process".to_string())?;
+    let process = procfs::process::Process::new(id).map_err(|e| match e {
+        procfs::ProcError::NotFound(_) => "no such process".to_string(),
+        e => format!("cannot inspect it: {e}"),
+    })?;
+    // SAFETY: getuid has no preconditions and cannot fail.
+    let me = unsafe { libc::getuid() };
+    match process.uid() {
+        Ok(uid) if uid == me => {}
+        Ok(uid) => return Err(format!("it belongs to uid {uid}")),
+        Err(e) => return Err(format!("cannot inspect it: {e}")),
+    }
+    if holds_state_lock(&process, pid) {
+        return Ok(());
+    }
+    let exe = process
+        .exe()
+        .map_err(|e| format!("cannot read its executable: {e}"))?;
+    let shown = exe.to_string_lossy();
+    let shown = shown.strip_suffix(" (deleted)").unwrap_or(&shown);
+    let named = std::path::Path::new(shown)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with("ahpty"));
+    if !named {
+        return Err(format!("its executable is {shown}"));
+    }
+    let serves = process
+        .cmdline()
+        .is_ok_and(|args| args.iter().skip(1).any(|a| a == "serve"));
+    if !serves {
+        return Err(format!("{shown} runs, but not `serve`"));
+    }
+    Ok(())
+}
+
+/// Whether `process` has a `daemon.lock` open whose content is `pid` (the lock of the state
+/// directory it uses).
+fn holds_state_lock(process: &procfs::process::Process, pid: u32) -> bool {
+    let Ok(fds) = process.fd() else {
+        return false;
+    };
+    fds.flatten().any(|fd| match fd.target {
+        procfs::process::FDTarget::Path(path) => {
+            path.file_name() == Some(std::ffi::OsStr::new("daemon.lock"))
+                && std::fs::read_to_string(&path).is_ok_and(|t| t.trim() == pid.to_string())
+        }
+        _ => false,
+    })
+}
+
 /// `pid` has exited: no such process, or a zombie its parent has not reaped yet.
 fn gone(pid: u32) -> bool {
     let Ok(pid) = i32::try_from(pid) else {
@@ -95,7 +160,7 @@ pub fn describe(s: &Status) -> String {
         )
     } else {
         let back = match s.stage {
-            Stage::Preflight | Stage::Quiesce => "still serving",
+            Stage::Preflight | Stage::Quiesce | Stage::Handover => "still serving",
             _ => "went back to",
         };
         format!(

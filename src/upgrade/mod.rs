@@ -9,7 +9,7 @@
 //! 2. **Quiesce**: no accepts (connections wait in the listen backlog), no new terminals,
 //!    every client closed with 1012; every terminal suspended (the programs run on, their
 //!    output waits in the ptys) and reaping frozen ([`crate::host::handover`]).
-//! 3. **Hand-over**: the state as JSON in an in-memory file ([`encode`]); the ptys, listeners,
+//! 3. **Hand-over**: the state as JSON streamed into an in-memory file ([`format`]); the ptys, listeners,
 //!    that file and a descriptor of the running executable are kept across `execve`; the
 //!    control signals are blocked; `execve(install path)`. If `execve` fails, this image is
 //!    executed again (from the saved descriptor) with the same hand-over.
@@ -27,8 +27,11 @@
 //! [`crate::server::handover`]).
 
 pub mod cli;
+mod format;
 mod rollback;
 mod sys;
+
+pub use format::{Handover, FORMAT, READABLE_FORMATS};
 
 use std::ffi::OsString;
 use std::future::Future;
@@ -36,19 +39,13 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
-use crate::host::handover::HostImage;
-use crate::server::handover::{ListenerImage, ServerImage};
+use crate::server::handover::ListenerImage;
 use crate::Server;
-
-/// The hand-over format this version writes (docs/upgrade.md).
-pub const FORMAT: u32 = 1;
-
-/// The hand-over formats this version reads.
-pub const READABLE_FORMATS: &[u32] = &[1];
 
 /// Names the descriptor of the hand-over file in the new image's environment.
 pub const HANDOVER_FD_ENV: &str = "AHPTY_HANDOVER_FD";
@@ -60,8 +57,12 @@ pub const ROLLBACK_FD_ENV: &str = "AHPTY_ROLLBACK_FD";
 pub const FAILED_ENV: &str = "AHPTY_UPGRADE_FAILED";
 
 /// Test-only fault injection in an image adopting a hand-over (never in one executed again
-/// after a failure): `abort` (crash), `hang` (never commits), `error` (rejects the hand-over).
+/// after a failure): `abort` (crash), `hang` (never commits), `error` (rejects the hand-over);
+/// and in an image writing one: `write` (the write fails as with no memory left).
 pub const TEST_FAULT_ENV: &str = "AHPTY_TEST_ADOPT_FAULT";
+
+/// How long this image took to read its hand-over, ms (logged once the log exists).
+static READ_MS: AtomicU64 = AtomicU64::new(0);
 
 /// The adopt deadline of a hand-over that names none (one written by an older version):
 /// how long the new image may take to commit before the old one is executed again.
@@ -69,37 +70,6 @@ const DEFAULT_ADOPT_TIMEOUT: Duration = crate::config::DEFAULT_UPGRADE_TIMEOUT;
 
 /// How long clients get to receive their close frame before the switch.
 const CLOSE_FLUSH: Duration = Duration::from_secs(2);
-
-/// First bytes of a hand-over file.
-const MAGIC: &[u8; 8] = b"AHPTYHO\0";
-
-/// Largest hand-over read, in bytes.
-const MAX_HANDOVER_BYTES: usize = 1 << 31;
-
-/// Everything the old image hands to the new one (the JSON part of the hand-over file).
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Handover {
-    /// The version of the image that wrote it.
-    pub from_version: String,
-    /// Upgrade attempts of this daemon so far, this one included.
-    pub attempt: u64,
-    /// When SIGUSR2 arrived and when the host was quiesced (`CLOCK_MONOTONIC`, ns).
-    pub signalled_at_ns: u64,
-    pub quiesced_at_ns: u64,
-    /// The path executed for an upgrade (the daemon's executable at its first start).
-    pub install_path: PathBuf,
-    /// The inherited descriptors, by number; listeners and ptys name them by index.
-    pub fds: Vec<RawFd>,
-    /// How long the new image may take to commit before the old one is executed again, ms
-    /// (the old image's `--upgrade-timeout`; absent from older versions' hand-overs).
-    #[serde(default)]
-    pub adopt_timeout_ms: Option<u64>,
-    /// Listeners and token.
-    pub server: ServerImage,
-    /// Terminals, histories, serverSeq, known clients.
-    pub host: HostImage,
-}
 
 /// What the new image reports about the hand-over it took.
 #[derive(Debug, Clone)]
@@ -122,43 +92,6 @@ impl Adoption {
     }
 }
 
-/// The hand-over file: [`MAGIC`], the format (u32 LE), flags (u32 LE, 0), the JSON length
-/// (u64 LE), the JSON.
-pub fn encode(h: &Handover) -> io::Result<Vec<u8>> {
-    let json = serde_json::to_vec(h).map_err(io::Error::other)?;
-    let mut out = Vec::with_capacity(24 + json.len());
-    out.extend_from_slice(MAGIC);
-    out.extend_from_slice(&FORMAT.to_le_bytes());
-    out.extend_from_slice(&0u32.to_le_bytes());
-    out.extend_from_slice(&(json.len() as u64).to_le_bytes());
-    out.extend_from_slice(&json);
-    Ok(out)
-}
-
-/// Reads a hand-over file written by [`encode`] (of any format in [`READABLE_FORMATS`]).
-/// Errors name what is wrong: not a hand-over, an unknown format, truncated, bad JSON.
-pub fn decode(bytes: &[u8]) -> Result<Handover, String> {
-    if bytes.len() < 24 || &bytes[..8] != MAGIC {
-        return Err("not an ahpty hand-over".into());
-    }
-    let word =
-        |at: usize| u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
-    let format = word(8);
-    if !READABLE_FORMATS.contains(&format) {
-        return Err(format!(
-            "hand-over format {format}; this version reads {READABLE_FORMATS:?}"
-        ));
-    }
-    let mut len = [0u8; 8];
-    len.copy_from_slice(&bytes[16..24]);
-    let len = u64::from_le_bytes(len);
-    let body = usize::try_from(len)
-        .ok()
-        .and_then(|l| bytes.get(24..24usize.checked_add(l)?))
-        .ok_or_else(|| format!("hand-over truncated: {} of {len} bytes", bytes.len() - 24))?;
-    serde_json::from_slice(body).map_err(|e| format!("hand-over: {e}"))
-}
-
 // ─── The outcome of an attempt ────────────────────────────────────────────────────────────
 
 /// How far an upgrade attempt got.
@@ -169,6 +102,8 @@ pub enum Stage {
     Preflight,
     /// Stopping the host (nothing was changed).
     Quiesce,
+    /// Writing the hand-over (this image was executed again, without the histories).
+    Handover,
     /// `execve` of the new binary (this image was executed again).
     Exec,
     /// The new image could not read or take the hand-over (the old image was executed again).
@@ -182,6 +117,7 @@ impl std::fmt::Display for Stage {
         f.write_str(match self {
             Stage::Preflight => "pre-flight",
             Stage::Quiesce => "quiesce",
+            Stage::Handover => "hand-over",
             Stage::Exec => "exec",
             Stage::Adopt => "adopt",
             Stage::Done => "done",
@@ -297,9 +233,9 @@ pub fn take_inherited() -> Option<Result<Inherited, String>> {
         // SAFETY: as above.
         unsafe { OwnedFd::from_raw_fd(fd) }
     });
-    let checked = sys::read_all(memfd.as_raw_fd(), MAX_HANDOVER_BYTES)
-        .map_err(|e| format!("cannot read the hand-over: {e}"))
-        .and_then(|bytes| decode(&bytes))
+    let reading = Instant::now();
+    let checked = format::read(memfd.as_raw_fd())
+        .inspect(|_| READ_MS.store(reading.elapsed().as_millis() as u64, Ordering::Relaxed))
         .and_then(|h| check_descriptors(&h).map(|()| h));
     match checked {
         Ok(handover) => {
@@ -652,6 +588,7 @@ impl Upgrader {
             Some(r) => {
                 let (stage, reason) = match r.split_once(": ") {
                     Some(("stage=exec", rest)) => (Stage::Exec, rest.to_string()),
+                    Some(("stage=handover", rest)) => (Stage::Handover, rest.to_string()),
                     Some(("stage=adopt", rest)) => (Stage::Adopt, rest.to_string()),
                     _ => (Stage::Adopt, r.clone()),
                 };
@@ -661,6 +598,7 @@ impl Upgrader {
         match &reason {
             None => tracing::info!(
                 from = %handover.from_version,
+                read_ms = READ_MS.load(Ordering::Relaxed),
                 switch_ms = format!("{switch_ms:.1}"),
                 total_ms = format!("{total_ms:.1}"),
                 terminals,
@@ -697,6 +635,10 @@ impl Upgrader {
         stop_requested: &mut dyn FnMut() -> bool,
     ) {
         let host = server.host().clone();
+        tracing::info!(
+            elapsed_ms = request.started.elapsed().as_millis() as u64,
+            "pre-flight passed: quiescing"
+        );
         if let Err(reason) = host.begin_upgrade(self.timeout).await {
             report_failure(request.attempt, &self.version, Stage::Quiesce, reason);
             return;
@@ -706,6 +648,10 @@ impl Upgrader {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
         let quiesced_at_ns = sys::monotonic_ns();
+        tracing::info!(
+            elapsed_ms = request.started.elapsed().as_millis() as u64,
+            "connections closed: suspending the terminals"
+        );
         // From here on the terminals are suspended: the way out is an exec, of the new image
         // or, failing that, of this one.
         let (mut image, ptys) = host.suspend(self.timeout).await;
@@ -718,7 +664,7 @@ impl Upgrader {
             }
         }
         fds.extend(ptys.iter().map(|p| p.as_raw_fd()));
-        let handover = Handover {
+        let mut handover = Handover {
             from_version: self.version.clone(),
             attempt: request.attempt,
             signalled_at_ns: request.signalled_at_ns,
@@ -739,19 +685,41 @@ impl Upgrader {
         if stop {
             tracing::info!("a stop was requested during the upgrade: the new image stops");
         }
-        let failure = self.exec(&handover, stop);
+        let failure = self.exec(&mut handover, stop);
         // Still here: not even this image could be executed again.
         tracing::error!("live upgrade failed and this image cannot be executed again: {failure}");
         std::process::exit(1);
     }
 
     /// Writes the hand-over, keeps its descriptors across exec, blocks the control signals
-    /// and executes the install path, then (if that fails) this image. Returns the error of
-    /// the last attempt.
-    fn exec(&self, handover: &Handover, stop: bool) -> String {
-        let memfd = match encode(handover).and_then(|b| sys::memfd(&b)) {
-            Ok(fd) => fd,
-            Err(e) => return format!("cannot write the hand-over: {e}"),
+    /// and executes the install path, then (if that fails) this image. A hand-over that cannot
+    /// be written (no memory for the in-memory file) is written again without the histories
+    /// and executes this image, not the new one. Returns the error of the last attempt.
+    fn exec(&self, handover: &mut Handover, stop: bool) -> String {
+        let started = Instant::now();
+        let (memfd, failed) = match format::write(handover, test_write_fault()) {
+            Ok((fd, len)) => {
+                tracing::info!(
+                    bytes = len,
+                    ms = started.elapsed().as_millis() as u64,
+                    "hand-over written"
+                );
+                (fd, None)
+            }
+            Err(e) => {
+                let reason = format!(
+                    "stage=handover: cannot write the hand-over ({e}): the terminals were kept \
+                     without their histories (clients resume with a snapshot)"
+                );
+                tracing::warn!("{reason}; executing this image again");
+                handover.host.forget_histories();
+                match format::write(handover, None) {
+                    Ok((fd, _)) => (fd, Some(reason)),
+                    Err(e) => {
+                        return format!("{reason}; without the histories either: {e}");
+                    }
+                }
+            }
         };
         let mut keep: Vec<RawFd> = handover.fds.clone();
         keep.push(memfd.as_raw_fd());
@@ -765,28 +733,56 @@ impl Upgrader {
         }
         let mut env = inherited_env();
         env.push((HANDOVER_FD_ENV.into(), memfd.as_raw_fd().to_string().into()));
-        if let Some(exe) = &self.own_exe {
-            env.push((ROLLBACK_FD_ENV.into(), exe.as_raw_fd().to_string().into()));
-        }
         sys::block_control_signals();
         if stop {
             // Pending (blocked) across exec, delivered once the new image's handlers exist.
             // SAFETY: kill has no memory effects.
             unsafe { libc::kill(libc::getpid(), libc::SIGTERM) };
         }
-        let e = sys::execve(&self.install_path, &self.args, &env);
-        let reason = format!(
-            "stage=exec: cannot execute {}: {e}",
-            self.install_path.display()
-        );
-        tracing::warn!("{reason}; executing this image again");
+        let reason = match failed {
+            Some(reason) => reason,
+            None => {
+                if let Some(exe) = &self.own_exe {
+                    env.push((ROLLBACK_FD_ENV.into(), exe.as_raw_fd().to_string().into()));
+                }
+                let e = sys::execve(&self.install_path, &self.args, &env);
+                let reason = format!(
+                    "stage=exec: cannot execute {}: {e}",
+                    self.install_path.display()
+                );
+                tracing::warn!("{reason}; executing this image again");
+                env.retain(|(k, _)| k != ROLLBACK_FD_ENV);
+                reason
+            }
+        };
         let Some(exe) = &self.own_exe else {
             return reason;
         };
-        env.retain(|(k, _)| k != ROLLBACK_FD_ENV);
         env.push((FAILED_ENV.into(), reason.clone().into()));
         let e = sys::fexecve(exe.as_raw_fd(), &self.args, &env);
         format!("{reason}; then fexecve of this image: {e}")
+    }
+}
+
+/// The test fault of [`TEST_FAULT_ENV`]`=write`: the hand-over's write fails after 64 KiB,
+/// as it would with no memory left.
+fn test_write_fault() -> Option<format::WriteFault> {
+    (std::env::var(TEST_FAULT_ENV).as_deref() == Ok("write"))
+        .then_some(format::WriteFault(64 << 10))
+}
+
+impl Drop for Upgrader {
+    /// The daemon stops (its server is done with upgrades): its status file goes with it.
+    /// Never reached across `execve`, which replaces the process image without unwinding.
+    fn drop(&mut self) {
+        let path = status_path(std::process::id());
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "cannot remove the upgrade status")
+            }
+        }
     }
 }
 
@@ -829,74 +825,4 @@ fn own_executable() -> io::Result<PathBuf> {
         Some(path) => PathBuf::from(path),
         None => exe,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn sample() -> Handover {
-        Handover {
-            from_version: "0.1.0".into(),
-            attempt: 3,
-            signalled_at_ns: 1,
-            quiesced_at_ns: 2,
-            install_path: "/usr/bin/ahpty".into(),
-            fds: vec![5, 6],
-            adopt_timeout_ms: Some(5000),
-            server: ServerImage {
-                listeners: Vec::new(),
-                token: None,
-                token_generated: false,
-            },
-            host: HostImage {
-                instance_id: "x".into(),
-                server_seq: 42,
-                next_terminal: 2,
-                root: serde_json::from_value(serde_json::json!({"agents": [], "terminals": []}))
-                    .unwrap(),
-                root_history: serde_json::from_value(
-                    serde_json::json!({"cap": 10, "floor": 0, "entries": []}),
-                )
-                .unwrap(),
-                seen_clients: vec![("c".into(), 5, 3)],
-                terminals: Vec::new(),
-            },
-        }
-    }
-
-    #[test]
-    fn a_hand_over_round_trips_and_damage_is_named() {
-        let bytes = encode(&sample()).unwrap();
-        let back = decode(&bytes).unwrap();
-        assert_eq!(back.attempt, 3);
-        assert_eq!(back.host.server_seq, 42);
-        assert_eq!(decode(b"nonsense").unwrap_err(), "not an ahpty hand-over");
-        let mut v2 = bytes.clone();
-        v2[8] = 2;
-        assert!(decode(&v2).unwrap_err().contains("format 2"));
-        assert!(decode(&bytes[..bytes.len() - 1])
-            .unwrap_err()
-            .contains("truncated"));
-    }
-
-    #[test]
-    fn a_hand_over_of_an_older_version_has_no_adopt_timeout() {
-        let mut v = serde_json::to_value(sample()).unwrap();
-        assert_eq!(v["adoptTimeoutMs"], serde_json::json!(5000));
-        v.as_object_mut().unwrap().remove("adoptTimeoutMs");
-        let h: Handover = serde_json::from_value(v).unwrap();
-        assert_eq!(h.adopt_timeout_ms, None);
-        assert_eq!(seconds(DEFAULT_ADOPT_TIMEOUT), "5 s");
-        assert_eq!(seconds(Duration::from_millis(1500)), "1.5 s");
-    }
-
-    #[test]
-    fn unknown_fields_are_ignored() {
-        let mut v = serde_json::to_value(sample()).unwrap();
-        v["futureField"] = serde_json::json!({"a": 1});
-        v["host"]["futureToo"] = serde_json::json!(true);
-        let h: Handover = serde_json::from_value(v).unwrap();
-        assert_eq!(h.install_path, PathBuf::from("/usr/bin/ahpty"));
-    }
 }

@@ -6,7 +6,7 @@
 
 use std::ffi::{CString, OsStr, OsString};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
@@ -27,71 +27,84 @@ pub fn monotonic_ns() -> u64 {
     (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// An anonymous in-memory file (close-on-exec) holding `bytes`.
-pub fn memfd(bytes: &[u8]) -> io::Result<OwnedFd> {
+/// An empty anonymous in-memory file (close-on-exec).
+pub fn memfd() -> io::Result<OwnedFd> {
     // SAFETY: memfd_create with a valid NUL-terminated name; the result is checked.
     let fd = unsafe { libc::memfd_create(c"ahpty-handover".as_ptr(), libc::MFD_CLOEXEC) };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: a fresh descriptor nobody else owns.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    let mut off = 0;
-    while off < bytes.len() {
-        // SAFETY: writes at most the rest of `bytes`.
-        let n = unsafe {
-            libc::pwrite(
-                fd.as_raw_fd(),
-                bytes[off..].as_ptr().cast(),
-                bytes.len() - off,
-                off as libc::off_t,
-            )
-        };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        off += n as usize;
-    }
-    Ok(fd)
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// The whole content of `fd`, read with `pread` from offset 0 (the file offset is shared
-/// with whoever else holds the file), at most `limit` bytes.
-pub fn read_all(fd: RawFd, limit: usize) -> io::Result<Vec<u8>> {
-    let mut out = Vec::new();
-    let mut buf = vec![0u8; 64 * 1024];
+/// One `pwrite` of `buf` at `offset`, retried on `EINTR`: how many bytes were written.
+pub fn pwrite(fd: RawFd, buf: &[u8], offset: u64) -> io::Result<usize> {
+    let offset = libc::off_t::try_from(offset)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "offset too large"))?;
     loop {
-        // SAFETY: reads at most buf.len() bytes into buf.
-        let n = unsafe {
-            libc::pread(
-                fd,
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-                out.len() as libc::off_t,
-            )
-        };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
+        // SAFETY: writes at most buf.len() bytes from buf.
+        let n = unsafe { libc::pwrite(fd, buf.as_ptr().cast(), buf.len(), offset) };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
             return Err(e);
         }
-        if n == 0 {
-            return Ok(out);
-        }
-        out.extend_from_slice(&buf[..n as usize]);
-        if out.len() > limit {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("larger than {limit} bytes"),
-            ));
+    }
+}
+
+/// Writes all of `buf` at `offset`.
+pub fn pwrite_all(fd: RawFd, buf: &[u8], offset: u64) -> io::Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        match pwrite(fd, &buf[done..], offset + done as u64)? {
+            0 => return Err(io::ErrorKind::WriteZero.into()),
+            n => done += n,
         }
     }
+    Ok(())
+}
+
+/// One `pread` into `buf` at `offset`, retried on `EINTR`: how many bytes were read (0 at
+/// the end of the file).
+pub fn pread(fd: RawFd, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    let offset = libc::off_t::try_from(offset)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "offset too large"))?;
+    loop {
+        // SAFETY: reads at most buf.len() bytes into buf.
+        let n = unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), buf.len(), offset) };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// Reads into `buf` at `offset` until it is full or the file ends: how many bytes were read.
+pub fn pread_full(fd: RawFd, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    let mut done = 0;
+    while done < buf.len() {
+        match pread(fd, &mut buf[done..], offset + done as u64)? {
+            0 => break,
+            n => done += n,
+        }
+    }
+    Ok(done)
+}
+
+/// The size of the file `fd` in bytes (`fstat`).
+pub fn file_size(fd: RawFd) -> io::Result<u64> {
+    // SAFETY: fstat writes one stat struct.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(st.st_size as u64)
 }
 
 /// Sets or clears `FD_CLOEXEC` on `fd`.

@@ -43,6 +43,7 @@ mod state_dir;
 mod terminal_lifecycle;
 mod terminal_model;
 mod upgrade;
+mod upgrade_load;
 mod utf8_output;
 mod vscode;
 mod websocat_recipes;

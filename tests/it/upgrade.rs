@@ -22,12 +22,12 @@ const UPGRADE_TIMEOUT: Duration = Duration::from_secs(60);
 const LINES: u64 = 100_000;
 
 /// A private directory holding `ahpty` (a hard link to the tested binary) as install path.
-struct Install {
+pub(crate) struct Install {
     dir: tempfile::TempDir,
 }
 
 impl Install {
-    fn new() -> Install {
+    pub(crate) fn new() -> Install {
         let dir = tempfile::Builder::new()
             .prefix("upgrade-")
             .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
@@ -37,12 +37,12 @@ impl Install {
         i
     }
 
-    fn exe(&self) -> PathBuf {
+    pub(crate) fn exe(&self) -> PathBuf {
         self.dir.path().join("ahpty")
     }
 
     /// Renames a fresh link to the tested binary over the install path.
-    fn put_real(&self) {
+    pub(crate) fn put_real(&self) {
         let tmp = self.dir.path().join("ahpty.new");
         let _ = std::fs::remove_file(&tmp);
         if std::fs::hard_link(env!("CARGO_BIN_EXE_ahpty"), &tmp).is_err() {
@@ -52,7 +52,7 @@ impl Install {
     }
 
     /// Renames an executable shell script over the install path.
-    fn put_script(&self, body: &str) {
+    pub(crate) fn put_script(&self, body: &str) {
         use std::os::unix::fs::PermissionsExt;
         let tmp = self.dir.path().join("ahpty.new");
         std::fs::write(&tmp, format!("#!/bin/sh\n{body}\n")).unwrap();
@@ -60,20 +60,20 @@ impl Install {
         std::fs::rename(&tmp, self.exe()).expect("rename");
     }
 
-    fn remove(&self) {
+    pub(crate) fn remove(&self) {
         std::fs::remove_file(self.exe()).unwrap();
     }
 
-    fn start(&self) -> Daemon {
+    pub(crate) fn start(&self) -> Daemon {
         self.start_with_env(&[])
     }
 
-    fn start_with_env(&self, env: &[(&str, &str)]) -> Daemon {
+    pub(crate) fn start_with_env(&self, env: &[(&str, &str)]) -> Daemon {
         self.start_with(&[], env)
     }
 
     /// The daemon with `args` on top of the big buffers, and `env`.
-    fn start_with(&self, args: &[&str], env: &[(&str, &str)]) -> Daemon {
+    pub(crate) fn start_with(&self, args: &[&str], env: &[(&str, &str)]) -> Daemon {
         let mut all = vec!["--history-bytes", BIG, "--scrollback-bytes", BIG];
         all.extend_from_slice(args);
         let mut b = Daemon::builder().exe(&self.exe()).args(&all);
@@ -94,7 +94,7 @@ pub(crate) async fn upgrade(home: &Path) -> CliOutput {
 }
 
 /// The daemon's last upgrade outcome (its status file).
-fn status(d: &Daemon) -> Value {
+pub(crate) fn status(d: &Daemon) -> Value {
     let path = d
         .runtime_dir()
         .join(format!("ahpty/upgrade-{}.json", d.pid()));
@@ -102,7 +102,7 @@ fn status(d: &Daemon) -> Value {
 }
 
 /// The parent pid of `pid`, from `/proc/PID/stat`.
-fn ppid(pid: i32) -> i32 {
+pub(crate) fn ppid(pid: i32) -> i32 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
     let after = &stat[stat.rfind(')').unwrap() + 1..];
     after.split_whitespace().nth(1).unwrap().parse().unwrap()
@@ -110,7 +110,7 @@ fn ppid(pid: i32) -> i32 {
 
 /// A client `id` of `d` with one terminal `name` it claimed, subscribed and ready: the client,
 /// the terminal's URI and its shell's pid.
-async fn claimed_shell(d: &Daemon, id: &str, name: &str) -> (Raw, String, i32) {
+pub(crate) async fn claimed_shell(d: &Daemon, id: &str, name: &str) -> (Raw, String, i32) {
     let (mut a, _) = Raw::connect_init(&d.url(), id, &[ROOT]).await;
     let t = term_uri(name);
     a.create_claimed(&t, client_claim(id)).await;

@@ -17,7 +17,7 @@ pub(crate) mod tracker;
 
 pub use parser::{sanitize_title, Mark, OutputParser, Parsed, ParserCarry, MAX_TITLE_CHARS};
 pub use scripts::{
-    new_nonce, prepare, prepare_with_env, remove_script_dir, shell_kind, Injection, ShellKind,
-    NONCE_ENV,
+    adopt_script_dir, current_script_dir, new_nonce, prepare, prepare_with_env, remove_script_dir,
+    shell_kind, Injection, ShellKind, NONCE_ENV,
 };
 pub use tracker::{now_ms, CommandTracker};

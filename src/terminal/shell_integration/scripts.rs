@@ -8,7 +8,7 @@
 use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use parking_lot::Mutex;
@@ -167,6 +167,33 @@ pub fn script_dir() -> io::Result<PathBuf> {
     write_files(&dir)?;
     *guard = Some(dir.clone());
     Ok(dir)
+}
+
+/// The script directory, if this process created or adopted one (a live upgrade hands it to
+/// the new image).
+pub fn current_script_dir() -> Option<PathBuf> {
+    SCRIPT_DIR.lock().clone()
+}
+
+/// Goes on with the script directory `dir` of the image before a live upgrade (same process):
+/// used, rewritten where its files differ, and removed at shutdown like one created here.
+/// A `dir` that is not a directory of this process's (`ahpty-PID-…`) is ignored.
+pub fn adopt_script_dir(dir: &Path) {
+    let ours = format!("ahpty-{}-", std::process::id());
+    let named = dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with(&ours));
+    let owned = fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir() && m.uid() == effective_uid());
+    if named && owned {
+        *SCRIPT_DIR.lock() = Some(dir.to_path_buf());
+    }
+}
+
+/// This process's effective user id.
+fn effective_uid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
 }
 
 /// Removes the script directory (call at daemon shutdown; running shells have already read
