@@ -17,6 +17,7 @@ mod cli_usage;
 mod command_detection;
 mod config;
 mod daemon_process;
+mod flood_memory;
 mod flow_control;
 mod handshake;
 mod hostile_input;
