@@ -59,8 +59,11 @@ fn advance_bytes(cap: usize) -> u64 {
 pub const ADVANCE_INTERVAL: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// Text trimmed off the content that the model has not reached, above which the terminal's
-/// output waits for the model (bytes).
-pub const MAX_PENDING_BYTES: usize = 8 * 1024 * 1024;
+/// output waits for the model (bytes). It is part of what a flooding terminal may hold
+/// (docs/performance.md, "Memory per flooding terminal"): at 8 MiB, 40 terminals flooding
+/// side by side while 2 model jobs served them each held most of it, beside their scrollback
+/// and history.
+pub const MAX_PENDING_BYTES: usize = 1024 * 1024;
 
 /// Model jobs that run at once in the daemon, each on a thread of the blocking pool: as many
 /// as there are cores on the machines ahpty is measured on. More would not finish sooner, and
@@ -1050,7 +1053,7 @@ mod tests {
         }
         assert!(
             t.screen.pending_bytes >= MAX_PENDING_BYTES / 2,
-            "12 MiB of output trimmed left {} bytes for the model",
+            "the trimmed output left {} bytes for the model",
             t.screen.pending_bytes
         );
         let Next::Job(job) = t.screen.job(&t.state, CAP, false) else {

@@ -25,6 +25,10 @@
 //! the hand-off is full (the wait for room, which a kill must be able to end, happens on the
 //! runtime), and at a stop or end of file.
 //!
+//! Beyond those threads a flooding terminal is read on the runtime one read per turn of its
+//! worker (it yields after each), so with hundreds of floods a request or a new connection
+//! waits behind one read of each, not behind a coop budget's worth of reads of each.
+//!
 //! A stop ends the task even while the pty never runs dry: a kill (dispose) lets go of the
 //! pty at once (a flood thread sees it before its next read, or within
 //! [`STOP_CHECK`](super::pty_io::STOP_CHECK) while it waits for output); a suspension for a
@@ -209,9 +213,17 @@ async fn read_until_end(
                 continue;
             }
         }
-        // A terminal that never runs dry (and a hand-off that always has room) must still let
-        // the worker's other tasks run now and then.
-        tokio::task::consume_budget().await;
+        if large >= FLOOD_READS {
+            // A flood that found no thread of its own (more than MAX_FLOOD_THREADS flood):
+            // one read per turn, so that what waits behind it on the worker (a request, a
+            // new connection, another terminal) waits for one read's parsing of each such
+            // flood, not for a whole budget of reads.
+            tokio::task::yield_now().await;
+        } else {
+            // A terminal that never runs dry (and a hand-off that always has room) must still
+            // let the worker's other tasks run now and then.
+            tokio::task::consume_budget().await;
+        }
     }
 }
 

@@ -11,11 +11,14 @@ use crate::support::*;
 
 /// Flooding terminals in the test (`AHPTY_FLOOD_TERMINALS` overrides it, to measure more).
 const FLOODS: usize = 40;
-/// Flooding terminals' scrollback (`--scrollback-bytes`), bytes.
-const SCROLLBACK: usize = 1 << 20;
+/// Flooding terminals' scrollback (`--scrollback-bytes`, the default), bytes.
+const SCROLLBACK: u64 = 1 << 20;
+/// Their history (`--history-bytes`, the default), bytes.
+const HISTORY: u64 = 4 << 20;
 /// RSS each flooding terminal may add to the daemon, in KiB: the figure documented in
-/// docs/performance.md ("Memory per flooding terminal") for 1 MiB of scrollback.
-const PER_FLOOD_KIB: u64 = 6 * 1024;
+/// docs/performance.md ("Memory per flooding terminal"), 2.5 × scrollback + 1.07 × history
+/// + 2 MiB (model backlog, hand-off, the pump's merged update and its frame).
+const PER_FLOOD_KIB: u64 = (SCROLLBACK * 5 / 2 + HISTORY * 107 / 100 + (2 << 20)) / 1024;
 /// How long the floods run before and while `createTerminal` is timed.
 const SETTLE: Duration = Duration::from_secs(4);
 /// `createTerminal` round trips timed beside the floods.
@@ -40,6 +43,8 @@ measured!(
             &(n + CREATES + 8).to_string(),
             "--scrollback-bytes",
             &SCROLLBACK.to_string(),
+            "--history-bytes",
+            &HISTORY.to_string(),
         ]);
         if let Ok(exe) = std::env::var("AHPTY_FLOOD_EXE") {
             builder = builder.exe(std::path::Path::new(&exe));
