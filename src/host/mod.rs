@@ -28,6 +28,7 @@ pub(crate) mod error;
 mod flow;
 pub mod handover;
 pub(crate) mod history;
+mod model_threads;
 pub(crate) mod outbox;
 mod persist;
 mod pump;

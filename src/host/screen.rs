@@ -25,8 +25,8 @@
 //! program gets its replies in the order it asked.
 //!
 //! Everything here runs under the host lock and is bounded (copies of at most the retained
-//! content); the emulation runs in [`run`], on the blocking pool, [`MODEL_JOBS`] terminals at a
-//! time.
+//! content); the emulation runs in [`run`], on the model's threads (`model_threads.rs`, at a
+//! lower priority), [`MODEL_JOBS`] terminals at a time.
 //!
 //! May touch: its terminal's entry under the host lock and the terminal's `Pty` (query replies).
 
@@ -65,7 +65,7 @@ pub const ADVANCE_INTERVAL: std::time::Duration = std::time::Duration::from_mill
 /// and history.
 pub const MAX_PENDING_BYTES: usize = 1024 * 1024;
 
-/// Model jobs that run at once in the daemon, each on a thread of the blocking pool: as many
+/// Model jobs that run at once in the daemon, each on a model thread (`model_threads.rs`): as many
 /// as there are cores on the machines ahpty is measured on. More would not finish sooner, and
 /// each extra thread keeps a stack and an allocator arena of its own. A cursor report whose
 /// job waits for a permit is answered that much later (jobs take milliseconds; one that
@@ -767,7 +767,7 @@ pub(super) async fn run(host: Arc<Host>, uri: String, serial: u64, wake: Arc<Not
             next_advance = tokio::time::Instant::now() + ADVANCE_INTERVAL;
         }
         let kept = live.take();
-        let Ok((done, next)) = tokio::task::spawn_blocking(move || compute(job, kept)).await else {
+        let Some((done, next)) = super::model_threads::run(move || compute(job, kept)).await else {
             return;
         };
         live = next;

@@ -282,7 +282,7 @@ fn flood_thread(
             let Some((mut reader, mut pipeline)) = theirs.lock().take() else {
                 return;
             };
-            lower_priority();
+            lower_priority(FLOOD_NICE);
             let how = flood(&mut reader, &mut pipeline, &tx);
             let _ = done_tx.send((reader, pipeline, how));
         });
@@ -306,10 +306,11 @@ fn flood_thread(
 /// priority only counts when the cores are busy: a flood alone still gets a whole core.
 pub const FLOOD_NICE: i32 = 10;
 
-/// Lowers the calling thread's priority by [`FLOOD_NICE`]. It is never raised again, so this
-/// is for threads of their own; a failure (none is expected: lowering needs no privilege)
-/// leaves the priority as it was.
-fn lower_priority() {
+/// Lowers the calling thread's priority by `by` (a nice increment, at most to 19). Without
+/// privilege it can never be raised again, so this is for threads of their own, never a
+/// pooled one; a failure (none is expected: lowering needs no privilege) leaves the priority
+/// as it was.
+pub(crate) fn lower_priority(by: i32) {
     // SAFETY: gettid and getpriority/setpriority on the calling thread's id touch no memory.
     unsafe {
         let tid = libc::gettid() as libc::id_t;
@@ -318,7 +319,7 @@ fn lower_priority() {
         if now == -1 && *libc::__errno_location() != 0 {
             return;
         }
-        libc::setpriority(libc::PRIO_PROCESS, tid, (now + FLOOD_NICE).min(19));
+        libc::setpriority(libc::PRIO_PROCESS, tid, (now + by).min(19));
     }
 }
 
