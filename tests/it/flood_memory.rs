@@ -16,9 +16,9 @@ const SCROLLBACK: u64 = 1 << 20;
 /// Their history (`--history-bytes`, the default), bytes.
 const HISTORY: u64 = 4 << 20;
 /// RSS each flooding terminal may add to the daemon, in KiB: the figure documented in
-/// docs/performance.md ("Memory per flooding terminal"), 2.5 × scrollback + 1.07 × history
-/// + 3 MiB (model backlog, hand-off, the pump's merged update and its frame, the allocator's
-/// share).
+/// docs/performance.md ("Memory per flooding terminal"): 2.5 × scrollback, plus 1.07 ×
+/// history, plus 3 MiB (model backlog, hand-off, the pump's merged update and its frame, the
+/// allocator's share).
 const PER_FLOOD_KIB: u64 = (SCROLLBACK * 5 / 2 + HISTORY * 107 / 100 + (3 << 20)) / 1024;
 /// How long the floods run before and while `createTerminal` is timed.
 const SETTLE: Duration = Duration::from_secs(4);
