@@ -134,7 +134,19 @@ pub fn data_action(channel: &str, server_seq: u64, pieces: &[String]) -> String 
     out.push_str(r#""},"serverSeq":"#);
     out.push_str(&server_seq.to_string());
     out.push_str("}}");
+    fit(&mut out);
     out
+}
+
+/// Gives back what escaping left unused in a frame's buffer. The frame lives on in the
+/// channel's history, which counts its length: a buffer that grew by doubling because the
+/// escapes outran the estimate (every `\r\n` of plain lines is four bytes; an ESC is six)
+/// would otherwise hold up to twice what the history counts. For a large buffer the allocator
+/// shrinks in place, without a copy.
+fn fit(out: &mut String) {
+    if out.capacity() - out.len() > out.len() / 16 + 64 {
+        out.shrink_to_fit();
+    }
 }
 
 /// `{"jsonrpc":"2.0","id":<id>,"result":<result>}` for a result already encoded as JSON: the

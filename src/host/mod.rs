@@ -29,6 +29,7 @@ mod exited;
 mod flow;
 pub mod handover;
 pub(crate) mod history;
+mod model_threads;
 pub(crate) mod outbox;
 mod persist;
 mod pump;

@@ -16,7 +16,7 @@
 //!   once. While merging, the pump is woken by its own last update being written, by the end
 //!   of the window, or by [`WAKE_BYTES`] more output — not by every pty read.
 //! - **The model's pace.** In the rare case that the terminal model falls more than
-//!   8 MiB of trimmed output behind (a full-screen program redrawing faster than it can be
+//!   1 MiB of trimmed output behind (a full-screen program redrawing faster than it can be
 //!   emulated), the pump waits for it before taking more output (see `screen.rs`).
 //! - **Exit ordering.** `terminal/exited` is emitted only after the output has been drained:
 //!   after EOF, or [`EXIT_DRAIN`] after the process exited if a background job keeps the pty

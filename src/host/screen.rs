@@ -26,8 +26,8 @@
 //! gets no replies ([`MAX_ANSWER_BACKLOG`]), and at most [`MAX_WAITING_REPLIES`] wait.
 //!
 //! Everything here runs under the host lock and is bounded (copies of at most the retained
-//! content); the emulation runs in [`run`], on the blocking pool, [`MODEL_JOBS`] terminals at a
-//! time.
+//! content); the emulation runs in [`run`], on the model's threads (`model_threads.rs`, at a
+//! lower priority), [`MODEL_JOBS`] terminals at a time.
 //!
 //! May touch: its terminal's entry under the host lock and the terminal's `Pty` (query replies).
 
@@ -61,10 +61,13 @@ fn advance_bytes(cap: usize) -> u64 {
 pub const ADVANCE_INTERVAL: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// Text trimmed off the content that the model has not reached, above which the terminal's
-/// output waits for the model (bytes).
-pub const MAX_PENDING_BYTES: usize = 8 * 1024 * 1024;
+/// output waits for the model (bytes). It is part of what a flooding terminal may hold
+/// (docs/performance.md, "Memory per flooding terminal"): at 8 MiB, 40 terminals flooding
+/// side by side while 2 model jobs served them each held most of it, beside their scrollback
+/// and history.
+pub const MAX_PENDING_BYTES: usize = 1024 * 1024;
 
-/// Model jobs that run at once in the daemon, each on a thread of the blocking pool: as many
+/// Model jobs that run at once in the daemon, each on a model thread (`model_threads.rs`): as many
 /// as there are cores on the machines ahpty is measured on. More would not finish sooner, and
 /// each extra thread keeps a stack and an allocator arena of its own. A cursor report whose
 /// job waits for a permit is answered that much later (jobs take milliseconds; one that
@@ -789,7 +792,7 @@ pub(super) async fn run(host: Arc<Host>, uri: String, serial: u64, wake: Arc<Not
             next_advance = tokio::time::Instant::now() + ADVANCE_INTERVAL;
         }
         let kept = live.take();
-        let Ok((done, next)) = tokio::task::spawn_blocking(move || compute(job, kept)).await else {
+        let Some((done, next)) = super::model_threads::run(move || compute(job, kept)).await else {
             return;
         };
         live = next;
@@ -1075,7 +1078,7 @@ mod tests {
         }
         assert!(
             t.screen.pending_bytes >= MAX_PENDING_BYTES / 2,
-            "12 MiB of output trimmed left {} bytes for the model",
+            "the trimmed output left {} bytes for the model",
             t.screen.pending_bytes
         );
         let Next::Job(job) = t.screen.job(&t.state, CAP, false) else {

@@ -11,7 +11,7 @@
 //! **Floods.** [`FLOOD_READS`] reads in a row of at least [`FLOOD_READ_BYTES`] each mean the
 //! program writes faster than the terminal is read (a line, a prompt, an echo, or one redraw
 //! of a small screen is one smaller read). Such a terminal is then read on a thread of its own
-//! (from tokio's blocking pool, at most [`MAX_FLOOD_THREADS`] at once), in a loop of
+//! (at most [`MAX_FLOOD_THREADS`] at once, at a lower priority, [`FLOOD_NICE`]), in a loop of
 //! `read(2)`, parse and hand-off, with `poll(2)` only when the pty runs dry — as a plain
 //! blocking reader reads a pty. There the hand-off may hold up to
 //! [`FLOOD_PENDING_OUTPUT_BYTES`], so that the thread reads on while the pump takes a merged
@@ -24,6 +24,10 @@
 //! thread hands the terminal back to the runtime once no output came for [`FLOOD_IDLE`], when
 //! the hand-off is full (the wait for room, which a kill must be able to end, happens on the
 //! runtime), and at a stop or end of file.
+//!
+//! Beyond those threads a flooding terminal is read on the runtime one read per turn of its
+//! worker (it yields after each), so with hundreds of floods a request or a new connection
+//! waits behind one read of each, not behind a coop budget's worth of reads of each.
 //!
 //! A stop ends the task even while the pty never runs dry: a kill (dispose) lets go of the
 //! pty at once (a flood thread sees it before its next read, or within
@@ -188,13 +192,16 @@ async fn read_until_end(
             if let Some(permit) = FLOOD_SLOTS.take() {
                 large = 0;
                 reader.count_flood();
-                let flood_tx = tx.clone();
-                let thread = tokio::task::spawn_blocking(move || {
-                    let how = flood(&mut reader, &mut pipeline, &flood_tx);
-                    drop(permit);
-                    (reader, pipeline, how)
-                });
-                let (back, back_pipeline, how) = thread.await.ok()?;
+                let (back, back_pipeline, how) =
+                    match flood_thread(reader, pipeline, tx.clone(), permit) {
+                        Ok(done) => done.await.ok()?,
+                        Err(back) => {
+                            // No thread to be had: read on here.
+                            (reader, pipeline) = *back;
+                            tokio::task::yield_now().await;
+                            continue;
+                        }
+                    };
                 tracing::trace!(how = how.name(), "a flood thread handed its terminal back");
                 (reader, pipeline) = (back, back_pipeline);
                 match how {
@@ -209,9 +216,17 @@ async fn read_until_end(
                 continue;
             }
         }
-        // A terminal that never runs dry (and a hand-off that always has room) must still let
-        // the worker's other tasks run now and then.
-        tokio::task::consume_budget().await;
+        if large >= FLOOD_READS {
+            // A flood that found no thread of its own (more than MAX_FLOOD_THREADS flood):
+            // one read per turn, so that what waits behind it on the worker (a request, a
+            // new connection, another terminal) waits for one read's parsing of each such
+            // flood, not for a whole budget of reads.
+            tokio::task::yield_now().await;
+        } else {
+            // A terminal that never runs dry (and a hand-off that always has room) must still
+            // let the worker's other tasks run now and then.
+            tokio::task::consume_budget().await;
+        }
     }
 }
 
@@ -244,8 +259,72 @@ impl Flood {
     }
 }
 
-/// The flood thread's loop (see the module docs, "Floods"). Blocking: runs on a thread of
-/// tokio's blocking pool.
+/// A flooding terminal's reading, finished: the reader and the pipeline back, and how.
+type FloodDone = (PtyReader, OutputPipeline, Flood);
+
+/// Starts [`flood`] on a thread of its own, at [`FLOOD_NICE`]; the receiver gets the reader
+/// and the pipeline back (it errs if the thread panicked). When no thread can be started
+/// (the process's thread limit) they come back at once, as `Err`.
+fn flood_thread(
+    reader: PtyReader,
+    pipeline: OutputPipeline,
+    tx: EventSender,
+    permit: FloodPermit<'static>,
+) -> Result<tokio::sync::oneshot::Receiver<FloodDone>, Box<(PtyReader, OutputPipeline)>> {
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+    // The thread takes the reader from here; if it cannot be started, this task takes it back.
+    let held = std::sync::Arc::new(parking_lot::Mutex::new(Some((reader, pipeline))));
+    let theirs = held.clone();
+    let started = std::thread::Builder::new()
+        .name("ahpty-flood".into())
+        .spawn(move || {
+            let _permit = permit;
+            let Some((mut reader, mut pipeline)) = theirs.lock().take() else {
+                return;
+            };
+            lower_priority(FLOOD_NICE);
+            let how = flood(&mut reader, &mut pipeline, &tx);
+            let _ = done_tx.send((reader, pipeline, how));
+        });
+    match started {
+        Ok(_) => Ok(done_rx),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot start a flood thread; reading on the runtime");
+            // The closure, and its sender with it, is gone: `done_rx` errs, should the reader
+            // not be here (std does not start a closure it reports as not started).
+            held.lock()
+                .take()
+                .map_or(Ok(done_rx), |back| Err(Box::new(back)))
+        }
+    }
+}
+
+/// How much lower than the daemon's other threads a flood thread runs (a nice increment,
+/// setpriority(2)). A thread that reads a flood is always ready to run; at the same priority
+/// 8 of them beside the runtime's workers left a request or a new connection waiting for a
+/// core for hundreds of ms (docs/performance.md, "Memory per flooding terminal"). A lower
+/// priority only counts when the cores are busy: a flood alone still gets a whole core.
+pub const FLOOD_NICE: i32 = 10;
+
+/// Lowers the calling thread's priority by `by` (a nice increment, at most to 19). Without
+/// privilege it can never be raised again, so this is for threads of their own, never a
+/// pooled one; a failure (none is expected: lowering needs no privilege) leaves the priority
+/// as it was.
+pub(crate) fn lower_priority(by: i32) {
+    // SAFETY: gettid and getpriority/setpriority on the calling thread's id touch no memory.
+    unsafe {
+        let tid = libc::gettid() as libc::id_t;
+        *libc::__errno_location() = 0;
+        let now = libc::getpriority(libc::PRIO_PROCESS, tid);
+        if now == -1 && *libc::__errno_location() != 0 {
+            return;
+        }
+        libc::setpriority(libc::PRIO_PROCESS, tid, (now + by).min(19));
+    }
+}
+
+/// The flood thread's loop (see the module docs, "Floods"). Blocking: runs on a thread of its
+/// own ([`flood_thread`]).
 fn flood(reader: &mut PtyReader, pipeline: &mut OutputPipeline, tx: &EventSender) -> Flood {
     loop {
         let events = match reader.read_blocking_with(FLOOD_IDLE, |bytes| pipeline.feed(bytes)) {

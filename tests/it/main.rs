@@ -19,6 +19,7 @@ mod config;
 mod daemon_hardening;
 mod daemon_process;
 mod exited_terminals;
+mod flood_memory;
 mod flow_control;
 mod handshake;
 mod hostile_input;
