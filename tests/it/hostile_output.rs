@@ -85,30 +85,57 @@ measured!(shell_integration_marks_cost_linear_time, async {
     );
 });
 
-/// Largest daemon RSS (KiB) seen over `window` while `raw` reads what comes, sampled every
-/// 50 ms (sampling a counter over a window is the measurement itself).
-async fn peak_rss_reading(pid: u32, raw: &mut Raw, window: Duration) -> u64 {
-    let end = Instant::now() + window;
+/// A program that asks the terminal `ESC[6n`, `OSC 11 ?` and `ESC[c` (14 bytes) in a loop for
+/// 3 s (or 200 000 times) without reading, prints `flood-done`, waits for the file `go` beside
+/// it, then reads its input until 500 ms pass without any (at most 5 s, 64 MiB) and prints
+/// `query-result <queries written> <answer bytes read> end`. Raw mode without echo, so the
+/// answers stay on its input.
+const ASKER: &str = r#"
+import os, sys, time, termios, tty, select
+saved = termios.tcgetattr(0)
+tty.setraw(0)
+chunk = b"\x1b[6n\x1b]11;?\x07\x1b[c" * 64
+asked, end = 0, time.monotonic() + 3
+while time.monotonic() < end and asked < 200000:
+    os.write(1, chunk)
+    asked += 64
+os.write(1, b"flood-" + b"done\r\n")
+while not os.path.exists("go"):
+    time.sleep(0.02)
+got, end = 0, time.monotonic() + 5
+while time.monotonic() < end and got < 64 << 20:
+    if not select.select([0], [], [], 0.5)[0]:
+        break
+    got += len(os.read(0, 65536))
+termios.tcsetattr(0, termios.TCSANOW, saved)
+print("query-result", asked, got, "end")
+"#;
+
+/// Largest daemon RSS (KiB) seen while `raw` reads the data of `t` until it contains `needle`
+/// (at most `timeout`), sampled every 50 ms (sampling a counter is the measurement itself).
+async fn peak_rss_until(pid: u32, raw: &mut Raw, t: &str, needle: &str, timeout: Duration) -> u64 {
     let mut peak = rss_kib(pid);
+    let end = Instant::now() + timeout;
     while Instant::now() < end {
         raw.drain_for(Duration::from_millis(50)).await;
-        raw.forget();
         peak = peak.max(rss_kib(pid));
+        if raw.data(t).contains(needle) {
+            return peak;
+        }
     }
-    peak
+    panic!("{needle:?} not in the data of {t} within {timeout:?}");
 }
 
 // A program that floods the terminal with queries (cursor position, background colour,
-// device attributes) and never reads its input: the daemon's memory stays bounded (answers
-// are dropped while the program's input is backed up, and a query costs the hand-off from
-// the reader like output does), a bystander stays fast, and once the program is gone the
-// shell is usable at once — no megabytes of stale answers are typed into it.
+// device attributes) and does not read its input gets no more answers than the few KiB the
+// daemon lets wait (plus what the pty itself buffers): once it reads, after the daemon has
+// seen every query, it finds at most that much, not an answer for each query it asked. The
+// daemon's memory stays bounded, a bystander stays fast, and the shell is usable at once
+// afterwards — no megabytes of stale answers are typed into it.
 measured!(unread_terminal_queries_stay_bounded, async {
     let d = Daemon::start();
     let dir = tempfile::tempdir().unwrap();
-    // 14 bytes, three queries, no text: output made of nothing but queries.
-    let one = "\x1b[6n\x1b]11;?\x07\x1b[c";
-    write_file(dir.path(), "queries", one.repeat(64 * 1024).as_bytes());
+    write_file(dir.path(), "asker.py", ASKER.as_bytes());
     let (mut raw, _) = Raw::connect_init(&d.url(), "queries", &[]).await;
     let t = term_uri("queries");
     raw.create_terminal(&t).await;
@@ -118,36 +145,30 @@ measured!(unread_terminal_queries_stay_bounded, async {
     let by = Bystander::start(&d.url());
     let rss_before = rss_kib(d.pid());
     let cpu_before = cpu_ticks(d.pid() as i32).unwrap_or(0);
-    // About 28 MB, 2 million queries, for as long as it takes (it is killed after 5 s).
     raw.type_text(
         &t,
-        &format!(
-            "cd {}; cat{}\r",
-            dir.path().display(),
-            " queries".repeat(32)
-        ),
+        &format!("cd {}; python3 asker.py\r", dir.path().display()),
     )
     .await;
-    let cat = wait_pid_of(d.pid(), "queries", Duration::from_secs(10)).await;
-    let peak = peak_rss_reading(d.pid(), &mut raw, Duration::from_secs(5)).await;
+    // Every query has reached the daemon once the program's mark after them has.
+    let peak = peak_rss_until(d.pid(), &mut raw, &t, "flood-done", Duration::from_secs(30)).await;
     let cpu = cpu_ticks(d.pid() as i32).unwrap_or(0) - cpu_before;
-    // Bytes `cat` read: what it wrote to the terminal, less a pipe's worth.
-    let flooded = std::fs::read_to_string(format!("/proc/{cat}/io"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("rchar: ")?.parse::<u64>().ok())
-        .unwrap_or(0);
-    let _ = nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(cat),
-        nix::sys::signal::Signal::SIGKILL,
-    );
+    std::fs::write(dir.path().join("go"), b"").unwrap();
+    raw.wait_data(&t, " end", Duration::from_secs(20)).await;
+    let data = raw.data(&t);
+    let result = &data[data.rfind("query-result ").expect("the asker's result")..];
+    let numbers: Vec<u64> = result
+        .split_whitespace()
+        .skip(1)
+        .take(2)
+        .map(|n| n.parse().expect("a count"))
+        .collect();
+    let (asked, answered) = (numbers[0], numbers[1]);
     eprintln!(
-        "query flood: daemon RSS {rss_before} KiB before, peak {peak} KiB over 5 s; CPU {:.2} s; \
-         {flooded} bytes of queries printed",
+        "query flood: {asked} × 3 queries asked, {answered} bytes of answers read afterwards; \
+         daemon RSS {rss_before} KiB before, peak {peak} KiB; CPU {:.2} s",
         cpu as f64 / ticks_per_second() as f64
     );
-    // The shell takes input again: what answers remain (at most the pty's and the daemon's
-    // few KiB) end up on its command line, which Ctrl-U clears.
     let killed = Instant::now();
     let mut n = 0;
     eventually(
@@ -172,9 +193,18 @@ measured!(unread_terminal_queries_stay_bounded, async {
         "while a program floods the terminal with unread queries",
         10,
     );
+    // Each round's answers are about 40 bytes: the flood must have asked for far more than
+    // the bound, or the test could not fail.
     assert!(
-        flooded > 1_000_000,
-        "the flood did not run: {flooded} bytes of queries printed"
+        asked >= 20_000,
+        "the flood did not run: {asked} rounds of queries asked"
+    );
+    // 4 KiB waiting in the daemon, the pty's own buffer (up to 64 KiB + 4 KiB on Linux) and
+    // the at most 256 answers waiting for the model.
+    assert!(
+        answered <= 96 * 1024,
+        "a program that did not read found {answered} bytes of answers once it read \
+         ({asked} rounds of queries asked)"
     );
     assert!(
         peak < rss_before + 48 * 1024,
