@@ -189,8 +189,7 @@ impl QueryFilter {
         match c {
             ESC => self.begin(c, State::Esc),
             CAN | SUB => {
-                self.held.clear();
-                self.state = State::Ground;
+                self.reset();
                 out.push(c);
             }
             ENQ => {}
@@ -223,21 +222,18 @@ impl QueryFilter {
         match c {
             // DECID: answered like DA1.
             'Z' if !intermediates => {
-                self.held.clear();
-                self.state = State::Ground;
+                self.reset();
             }
             ' '..='/' => {
                 self.held.push(c);
                 if self.held.len() > ESC_MAX {
-                    self.held.clear();
-                    self.state = State::Ground;
+                    self.reset();
                 }
             }
             '0'..='~' => {
                 out.push_str(&self.held);
                 out.push(c);
-                self.held.clear();
-                self.state = State::Ground;
+                self.reset();
             }
             // Not an escape sequence: dropped, and `c` is read afresh.
             _ => {
@@ -266,8 +262,7 @@ impl QueryFilter {
                     out.push_str(&self.held);
                     out.push(c);
                 }
-                self.held.clear();
-                self.state = State::Ground;
+                self.reset();
             }
             // Not a control sequence: dropped, and `c` is read afresh.
             _ => {
@@ -322,8 +317,7 @@ impl QueryFilter {
             out.push_str(&self.held);
             out.push_str(terminator);
         }
-        self.held.clear();
-        self.state = State::Ground;
+        self.reset();
     }
 
     /// Whether the held string passes; `complete` when it ended (else only its head is held).
