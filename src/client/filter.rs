@@ -189,8 +189,7 @@ impl QueryFilter {
         match c {
             ESC => self.begin(c, State::Esc),
             CAN | SUB => {
-                self.held.clear();
-                self.state = State::Ground;
+                self.reset();
                 out.push(c);
             }
             ENQ => {}
@@ -223,22 +222,15 @@ impl QueryFilter {
         match c {
             // DECID: answered like DA1.
             'Z' if !intermediates => {
-                self.held.clear();
-                self.state = State::Ground;
+                self.reset();
             }
             ' '..='/' => {
                 self.held.push(c);
                 if self.held.len() > ESC_MAX {
-                    self.held.clear();
-                    self.state = State::Ground;
+                    self.reset();
                 }
             }
-            '0'..='~' => {
-                out.push_str(&self.held);
-                out.push(c);
-                self.held.clear();
-                self.state = State::Ground;
-            }
+            '0'..='~' => self.finish(true, c.encode_utf8(&mut [0; 4]), out),
             // Not an escape sequence: dropped, and `c` is read afresh.
             _ => {
                 self.held.clear();
@@ -262,12 +254,8 @@ impl QueryFilter {
                 }
             }
             '@'..='~' => {
-                if self.state == State::Csi && !is_csi_query(csi_body(&self.held), c) {
-                    out.push_str(&self.held);
-                    out.push(c);
-                }
-                self.held.clear();
-                self.state = State::Ground;
+                let pass = self.state == State::Csi && !is_csi_query(csi_body(&self.held), c);
+                self.finish(pass, c.encode_utf8(&mut [0; 4]), out);
             }
             // Not a control sequence: dropped, and `c` is read afresh.
             _ => {
@@ -318,12 +306,16 @@ impl QueryFilter {
     /// The end of a string, by `terminator` (empty when aborted).
     fn end_string(&mut self, kind: Kind, pass: Option<bool>, terminator: &str, out: &mut String) {
         let pass = pass.unwrap_or_else(|| self.judge(kind, true));
+        self.finish(pass, terminator, out);
+    }
+
+    /// The end of the sequence held, by `last`: both go out when `pass`; back to ground.
+    fn finish(&mut self, pass: bool, last: &str, out: &mut String) {
         if pass {
             out.push_str(&self.held);
-            out.push_str(terminator);
+            out.push_str(last);
         }
-        self.held.clear();
-        self.state = State::Ground;
+        self.reset();
     }
 
     /// Whether the held string passes; `complete` when it ended (else only its head is held).

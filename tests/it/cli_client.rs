@@ -2,29 +2,9 @@
 //! through its default socket (each daemon has a private `XDG_RUNTIME_DIR`), with an official
 //! `ahp` client on the side to set terminals up and to see what reached them.
 
-use std::time::Duration;
-
 use crate::support::*;
 use ahp::ahp_types::actions::StateAction;
 use serde_json::{json, Value};
-
-/// Time one CLI invocation gets.
-const CLI_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Runs a CLI command off the async runtime.
-async fn cli(cmd: std::process::Command) -> CliOutput {
-    tokio::task::spawn_blocking(move || run_cli(cmd, CLI_TIMEOUT))
-        .await
-        .expect("cli task")
-}
-
-/// `ls --json`, parsed.
-async fn ls_json(d: &Daemon) -> Vec<Value> {
-    let out = cli(d.cli(&["ls", "--json"])).await;
-    assert_eq!(out.code, Some(0), "{out:?}");
-    let v: Value = serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"));
-    v.as_array().expect("ls --json prints an array").clone()
-}
 
 fn assert_one_line(what: &str, out: &CliOutput) {
     assert_eq!(

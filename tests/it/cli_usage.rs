@@ -11,15 +11,6 @@ use crate::support::*;
 use ahp::ahp_types::actions::StateAction;
 use serde_json::Value;
 
-/// Time one CLI invocation gets.
-const CLI_TIMEOUT: Duration = Duration::from_secs(30);
-
-async fn cli(cmd: std::process::Command) -> CliOutput {
-    tokio::task::spawn_blocking(move || run_cli(cmd, CLI_TIMEOUT))
-        .await
-        .expect("cli task")
-}
-
 /// Runs `cmd` with `input` on its stdin (then closed).
 async fn cli_with_stdin(mut cmd: std::process::Command, input: Vec<u8>) -> CliOutput {
     tokio::task::spawn_blocking(move || {
@@ -53,13 +44,6 @@ async fn cli_with_stdin(mut cmd: std::process::Command, input: Vec<u8>) -> CliOu
     })
     .await
     .expect("cli task")
-}
-
-async fn ls_json(d: &Daemon) -> Vec<Value> {
-    let out = cli(d.cli(&["ls", "--json"])).await;
-    assert_eq!(out.code, Some(0), "{out:?}");
-    let v: Value = serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"));
-    v.as_array().expect("array").clone()
 }
 
 /// The title of `uri` in the last `root/terminalsChanged` seen.

@@ -5,13 +5,9 @@
 //! and `createTerminal` on an exited terminal's URI says it has exited and how to dispose of it.
 
 use std::path::Path;
-use std::time::Duration;
 
 use crate::support::*;
 use serde_json::{json, Value};
-
-/// Time one CLI invocation gets.
-const CLI_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// `ahpty serve` with `/bin/sh` (no shell integration) on `home`, where transcripts outlive
 /// each daemon.
@@ -23,21 +19,6 @@ fn start(home: &Path, extra: &[&str]) -> Daemon {
         .args(&args)
         .home_at(home)
         .start()
-}
-
-/// Runs a CLI command off the async runtime.
-async fn cli(cmd: std::process::Command) -> CliOutput {
-    tokio::task::spawn_blocking(move || run_cli(cmd, CLI_TIMEOUT))
-        .await
-        .expect("cli task")
-}
-
-/// `ls --json`, parsed.
-async fn ls_json(d: &Daemon) -> Vec<Value> {
-    let out = cli(d.cli(&["ls", "--json"])).await;
-    assert_eq!(out.code, Some(0), "{out:?}");
-    let v: Value = serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"));
-    v.as_array().expect("ls --json prints an array").clone()
 }
 
 /// The URIs `ls --json` lists with `status`.

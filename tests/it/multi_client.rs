@@ -199,18 +199,7 @@ spec!(
 
 /// Concatenated text of a subscribe response's snapshot content.
 fn snap_text(resp: &Value) -> String {
-    resp["result"]["snapshot"]["state"]["content"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no snapshot content: {resp}"))
-        .iter()
-        .map(|p| {
-            p.get("value")
-                .or_else(|| p.get("output"))
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string()
-        })
-        .collect()
+    state_text(&resp["result"]["snapshot"]["state"])
 }
 
 /// Checks one raw connection's stream: strictly increasing serverSeq overall; for each

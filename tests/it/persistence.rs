@@ -17,22 +17,6 @@ const LOSS_BOUND: Duration = Duration::from_millis(100);
 /// … plus scheduling slack on a loaded 2-core test machine (the writer thread, the client).
 const SLACK: Duration = Duration::from_millis(900);
 
-/// `ahpty serve` on `home` (its HOME, XDG_STATE_HOME = `home/.state`): `/bin/sh` without
-/// shell integration, TCP only.
-fn start(home: &Path, extra: &[&str]) -> Daemon {
-    let mut args = vec![
-        "--listen",
-        "127.0.0.1:0",
-        "--no-auth",
-        "--shell",
-        "/bin/sh",
-        "--no-shell-integration",
-        "--no-socket",
-    ];
-    args.extend_from_slice(extra);
-    Daemon::bare().args(&args).home_at(home).start()
-}
-
 fn state_dir(home: &Path) -> PathBuf {
     home.join(".state").join("ahpty")
 }
@@ -61,24 +45,6 @@ fn transcript_of(home: &Path, uri: &str) -> PathBuf {
             bytes.windows(needle.len()).any(|w| w == needle.as_bytes())
         })
         .unwrap_or_else(|| panic!("no transcript names {uri}"))
-}
-
-fn text_of(state: &Value) -> String {
-    state["content"]
-        .as_array()
-        .map(|parts| {
-            parts
-                .iter()
-                .map(|p| {
-                    p.get("value")
-                        .or_else(|| p.get("output"))
-                        .and_then(Value::as_str)
-                        .unwrap_or("")
-                        .to_string()
-                })
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 async fn create(raw: &mut Raw, uri: &str) {
@@ -134,7 +100,7 @@ spec!(
         let home = tempfile::tempdir().unwrap();
         let home = home.path();
         let clock0 = ahpty::store::clock_seq_base();
-        let mut d = start(home, &[]);
+        let mut d = Daemon::on_home(home, &[]).start();
         let (mut c, init) = Raw::connect_init(&d.url(), "crash", &[ROOT]).await;
         let mut seen = init["serverSeq"].as_u64().unwrap();
         assert!(
@@ -152,7 +118,7 @@ spec!(
         let t = term_uri("flood");
         create(&mut c, &t).await;
         let snap = subscribe(&mut c, &t).await;
-        let mut view = text_of(&snap["state"]);
+        let mut view = state_text(&snap["state"]);
         // Every data envelope: (end offset in `view`, when it was read).
         let mut marks: Vec<(usize, Instant)> = vec![(view.len(), Instant::now())];
         c.type_text(
@@ -216,7 +182,7 @@ spec!(
             "the crashed daemon's shell",
         );
 
-        let mut d2 = start(home, &[]);
+        let mut d2 = Daemon::on_home(home, &[]).start();
         // The previous process's client resuming: not known here, so -32008 (fall back to
         // initialize); its cursor counts the old process's sequence.
         let mut again = Raw::connect(&d2.url()).await;
@@ -244,7 +210,7 @@ spec!(
         );
         let snap2 = subscribe(&mut c2, &t).await;
         assert!(snap2["fromSeq"].as_u64().unwrap() >= seq2);
-        let restored = text_of(&snap2["state"]);
+        let restored = state_text(&snap2["state"]);
         let last = check_numbered(&restored, "restored");
         if restored.len() <= view.len() {
             assert!(
@@ -336,23 +302,12 @@ spec!(
         let seen2 = max_seq(&c2).max(seq2);
         d2.signal(nix::sys::signal::Signal::SIGTERM);
         assert!(d2.wait_exit(Duration::from_secs(10)).is_some());
-        let d3 = start(home, &[]);
+        let d3 = Daemon::on_home(home, &[]).start();
         let (_c3, init3) = Raw::connect_init(&d3.url(), "crash", &[ROOT]).await;
         assert!(root_row(&init3, &t).is_none(), "{init3}");
         assert!(init3["serverSeq"].as_u64().unwrap() > seen2);
     }
 );
-
-/// Stops the daemon with SIGTERM (the clean path: it kills every terminal).
-fn stop(mut d: Daemon) -> String {
-    d.signal(nix::sys::signal::Signal::SIGTERM);
-    assert!(
-        d.wait_exit(Duration::from_secs(10)).is_some(),
-        "{}",
-        d.stderr()
-    );
-    d.stderr()
-}
 
 /// A few random-ish numbers from a printed seed (xorshift).
 struct Rng(u64);
@@ -371,7 +326,7 @@ spec!(
     async {
         let home = tempfile::tempdir().unwrap();
         let home = home.path();
-        let d = start(home, &[]);
+        let d = Daemon::on_home(home, &[]).start();
         let (mut c, _) = Raw::connect_init(&d.url(), "damage", &[]).await;
         let names = ["cut", "tail", "flip"];
         let mut uris = Vec::new();
@@ -392,20 +347,20 @@ spec!(
         // Each snapshot now: the content a clean restart must give back.
         let mut originals = Vec::new();
         for t in &uris {
-            originals.push(text_of(&subscribe(&mut c, t).await["state"]));
+            originals.push(state_text(&subscribe(&mut c, t).await["state"]));
         }
         drop(c);
-        stop(d);
+        d.stop();
 
         // A clean stop keeps every transcript.
-        let d = start(home, &[]);
+        let d = Daemon::on_home(home, &[]).start();
         let (mut c, _) = Raw::connect_init(&d.url(), "damage", &[]).await;
         for (t, original) in uris.iter().zip(&originals) {
-            let restored = text_of(&subscribe(&mut c, t).await["state"]);
+            let restored = state_text(&subscribe(&mut c, t).await["state"]);
             assert_eq!(&restored, original, "{t} after a clean restart");
         }
         drop(c);
-        stop(d);
+        d.stop();
 
         let seed = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -435,7 +390,7 @@ spec!(
             files[2].display()
         );
 
-        let d = start(home, &[]);
+        let d = Daemon::on_home(home, &[]).start();
         let log = d.stderr();
         for f in &files {
             let name = f.display().to_string();
@@ -453,7 +408,7 @@ spec!(
         // The cut one: a prefix of its content, or gone when the cut fell in its metadata.
         match root_row(&init, &uris[0]) {
             Some(_) => {
-                let text = text_of(&subscribe(&mut c, &uris[0]).await["state"]);
+                let text = state_text(&subscribe(&mut c, &uris[0]).await["state"]);
                 assert!(originals[0].starts_with(&text), "{}", tail(&text, 200));
             }
             None => assert!(
@@ -462,11 +417,11 @@ spec!(
             ),
         }
         // Garbage after the end: everything kept.
-        let text = text_of(&subscribe(&mut c, &uris[1]).await["state"]);
+        let text = state_text(&subscribe(&mut c, &uris[1]).await["state"]);
         assert_eq!(text, originals[1]);
         // A flipped byte: what precedes the damaged record.
         if root_row(&init, &uris[2]).is_some() {
-            let text = text_of(&subscribe(&mut c, &uris[2]).await["state"]);
+            let text = state_text(&subscribe(&mut c, &uris[2]).await["state"]);
             assert!(originals[2].starts_with(&text), "{}", tail(&text, 200));
         }
         // And it serves.
@@ -476,12 +431,12 @@ spec!(
         c.type_text(&t, "echo fine-$((40+2))\r").await;
         c.wait_data(&t, "fine-42", SHELL_TIMEOUT).await;
         drop(c);
-        stop(d);
+        d.stop();
 
         // The valid prefixes were written back clean: the next start says nothing.
-        let d = start(home, &[]);
+        let d = Daemon::on_home(home, &[]).start();
         assert!(!d.stderr().contains("WARN ahpty::store"), "{}", d.stderr());
-        stop(d);
+        d.stop();
     }
 );
 
@@ -491,7 +446,7 @@ spec!(
         let home = tempfile::tempdir().unwrap();
         let home = home.path();
         let before = ahpty::store::clock_seq_base();
-        let d = start(home, &["--no-persist"]);
+        let d = Daemon::on_home(home, &["--no-persist"]).start();
         let after = ahpty::store::clock_seq_base();
         let (mut c, init) = Raw::connect_init(&d.url(), "np", &[]).await;
         let seq = init["serverSeq"].as_u64().unwrap();
@@ -506,7 +461,7 @@ spec!(
         c.type_text(&t, "echo np-$((40+2))\r").await;
         c.wait_data(&t, "np-42", SHELL_TIMEOUT).await;
         drop(c);
-        stop(d);
+        d.stop();
         assert!(!home.join(".state").exists());
         assert!(!home.join(".local").exists());
     }
@@ -517,7 +472,7 @@ spec!(
     async {
         let home = tempfile::tempdir().unwrap();
         let home = home.path();
-        let d = start(home, &[]);
+        let d = Daemon::on_home(home, &[]).start();
         let args = ["--listen", "127.0.0.1:0", "--no-auth", "--no-socket"];
         let cmd = Daemon::bare().args(&args).home_at(home).command();
         let out = run_cli(cmd, Duration::from_secs(20));
@@ -532,7 +487,7 @@ spec!(
                 && err.contains("--no-persist"),
             "{err}"
         );
-        stop(d);
+        d.stop();
     }
 );
 
@@ -551,7 +506,7 @@ spec!(
             "--scrollback-bytes",
             &cap_arg,
         ];
-        let d = start(home, &args);
+        let d = Daemon::on_home(home, &args).start();
         let (mut c, _) = Raw::connect_init(&d.url(), "bound", &[]).await;
         let t = term_uri("bound");
         let claim = json!({"kind": "client", "clientId": c.client_id});
@@ -591,7 +546,7 @@ spec!(
         assert_eq!(before["lifecycle"]["exitCode"], 3, "{before}");
         assert_eq!(before["title"], "renamed");
         drop(c);
-        stop(d);
+        d.stop();
 
         // Checkpoint (≤ the scrollback, as JSON: `\r\n` takes 4 characters) + records until the
         // next one is due + one envelope (≤ 64 KiB).
@@ -606,7 +561,7 @@ spec!(
             "--state-dir was not used alone"
         );
 
-        let d = start(home, &args);
+        let d = Daemon::on_home(home, &args).start();
         let (mut c, init) = Raw::connect_init(&d.url(), "bound", &[ROOT]).await;
         let row = root_row(&init, &t).expect("restored");
         assert_eq!(row["lifecycle"]["exitCode"], 3, "{row}");
@@ -626,8 +581,8 @@ spec!(
             "the live snapshot had no synthesized prefix"
         );
         assert_eq!(after, expected, "the restored state differs");
-        assert!(text_of(&after).contains("line 10000 of"));
+        assert!(state_text(&after).contains("line 10000 of"));
         drop(c);
-        stop(d);
+        d.stop();
     }
 );

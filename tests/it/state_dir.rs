@@ -12,31 +12,6 @@ use std::time::Duration;
 use crate::support::*;
 use serde_json::{json, Value};
 
-/// `ahpty serve` on `home` (XDG_STATE_HOME = `home/.state`), TCP only, `/bin/sh`.
-fn daemon(home: &Path, extra: &[&str]) -> DaemonBuilder {
-    let mut args = vec![
-        "--listen",
-        "127.0.0.1:0",
-        "--no-auth",
-        "--shell",
-        "/bin/sh",
-        "--no-shell-integration",
-        "--no-socket",
-    ];
-    args.extend_from_slice(extra);
-    Daemon::bare().args(&args).home_at(home)
-}
-
-fn stop(mut d: Daemon) -> String {
-    d.signal(nix::sys::signal::Signal::SIGTERM);
-    assert!(
-        d.wait_exit(Duration::from_secs(10)).is_some(),
-        "{}",
-        d.stderr()
-    );
-    d.stderr()
-}
-
 /// The default state directory of `home`, created (with `terminals/`) mode 0700.
 fn state_dir(home: &Path) -> PathBuf {
     let dir = home.join(".state").join("ahpty");
@@ -96,7 +71,7 @@ spec!(
         std::fs::create_dir(&dir).unwrap();
         chmod(&dir, 0o770);
         let arg = dir.display().to_string();
-        let (code, err) = daemon(home, &["--state-dir", &arg]).refused();
+        let (code, err) = Daemon::on_home(home, &["--state-dir", &arg]).refused();
         assert_eq!(code, Some(1), "{err}");
         let err = err.trim();
         assert_eq!(err.lines().count(), 1, "{err}");
@@ -118,7 +93,7 @@ spec!(
             .unwrap();
         chmod(&open, 0o777);
         let arg = inner.display().to_string();
-        let (code, err) = daemon(home, &["--state-dir", &arg]).refused();
+        let (code, err) = Daemon::on_home(home, &["--state-dir", &arg]).refused();
         assert_eq!(code, Some(1), "{err}");
         assert!(
             err.contains(&format!("chmod go-w {}", open.display()))
@@ -127,17 +102,17 @@ spec!(
         );
         // With the sticky bit (as /tmp has), it is accepted.
         chmod(&open, 0o1777);
-        let d = daemon(home, &["--state-dir", &arg]).start();
-        stop(d);
+        let d = Daemon::on_home(home, &["--state-dir", &arg]).start();
+        d.stop();
         assert!(is_file(&inner.join("daemon.lock")));
 
         // The default directory, group-writable: a warning saying chmod, and no transcripts.
         let default = state_dir(home);
         chmod(&default, 0o770);
-        let d = daemon(home, &[]).start();
+        let d = Daemon::on_home(home, &[]).start();
         let warned = d.wait_log("transcripts are not kept");
         let _ = warned;
-        let log = stop(d);
+        let log = d.stop();
         assert!(log.contains("chmod 700"), "{log}");
         assert!(!default.join("daemon.lock").exists());
     }
@@ -162,7 +137,7 @@ spec!(
         symlink(&victim, dir.join("server-seq.tmp")).unwrap();
 
         // Start: neither link is followed; each is reported.
-        let d = daemon(home, &["--scrollback-bytes", "4096"]).start();
+        let d = Daemon::on_home(home, &["--scrollback-bytes", "4096"]).start();
         untouched("daemon.lock, server-seq.tmp");
         d.wait_log("daemon.lock: it is a symbolic link");
         d.wait_log("server-seq.tmp was a symbolic link");
@@ -194,14 +169,14 @@ spec!(
         assert!(is_file(&log), "{} is not a regular file", log.display());
         d.wait_log(&format!("{}.tmp was a symbolic link", log.display()));
         drop(c);
-        stop(d);
+        d.stop();
 
         // At start, a link named like a transcript is set aside, not read.
         let planted = dir
             .join("terminals")
             .join("0123456789abcdef0123456789abcdef.log");
         symlink(&victim, &planted).unwrap();
-        let d = daemon(home, &[]).start();
+        let d = Daemon::on_home(home, &[]).start();
         d.wait_log(&format!("{}: it is a symbolic link", planted.display()));
         assert!(!is_link(&planted));
         untouched("a planted KEY.log at start");
@@ -228,7 +203,7 @@ spec!(
             log.display()
         ));
         drop(c);
-        stop(d);
+        d.stop();
         untouched("the end");
     }
 );
@@ -288,7 +263,7 @@ spec!(
             .collect();
         plant_transcript(&dir, &"d".repeat(32), meta(parted, "p", parts));
 
-        let d = daemon(home, &[]).start();
+        let d = Daemon::on_home(home, &[]).start();
         let (mut c, init) = Raw::connect_init(&d.url(), "crafted", &[ROOT]).await;
         let rows: Vec<String> = init["snapshots"][0]["state"]["terminals"]
             .as_array()
@@ -330,16 +305,7 @@ spec!(
         let size = r.to_string().len();
         let snap = &r["result"]["snapshot"];
         let content = snap["state"]["content"].as_array().unwrap();
-        let text: String = content
-            .iter()
-            .map(|p| {
-                p.get("value")
-                    .or_else(|| p.get("output"))
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_string()
-            })
-            .collect();
+        let text = state_text(&snap["state"]);
         assert_eq!(text, "x".repeat(100_000), "no text is lost");
         assert!(content.len() <= 1024, "{} parts", content.len());
         assert!(
@@ -354,6 +320,6 @@ spec!(
             assert!(r.get("error").is_none(), "{r}");
         }
         drop(c);
-        stop(d);
+        d.stop();
     }
 );

@@ -114,6 +114,20 @@ pub fn content_text(state: &TerminalState) -> String {
     s
 }
 
+/// The text of a raw terminal state's content parts (values and command outputs, in order,
+/// a synthesized prefix included); empty when the state has no content.
+pub fn state_text(state: &Value) -> String {
+    state["content"]
+        .as_array()
+        .map(|parts| {
+            parts
+                .iter()
+                .filter_map(|p| p["value"].as_str().or_else(|| p["output"].as_str()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// How the synthesized prefix of a snapshot (its own first part, there when the terminal's
 /// output was trimmed) begins: the preamble that resets the client's emulator.
 pub const SYNTHESIZED_START: &str = "\x1b[?1049l\x1b[r\x1b[?6l";

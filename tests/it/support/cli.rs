@@ -37,6 +37,26 @@ pub struct CliOutput {
     pub stderr: String,
 }
 
+/// Time one CLI invocation gets in the specification modules.
+pub const CLI_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Runs `cmd` to completion (at most [`CLI_TIMEOUT`]) off the async runtime.
+pub async fn cli(cmd: Command) -> CliOutput {
+    tokio::task::spawn_blocking(move || run_cli(cmd, CLI_TIMEOUT))
+        .await
+        .expect("cli task")
+}
+
+/// `ahpty ls --json` against `d`, parsed: one JSON object a terminal (panics unless it exits 0
+/// and prints an array).
+pub async fn ls_json(d: &super::Daemon) -> Vec<serde_json::Value> {
+    let out = cli(d.cli(&["ls", "--json"])).await;
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let v: serde_json::Value =
+        serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+    v.as_array().expect("ls --json prints an array").clone()
+}
+
 /// Runs `cmd` to completion (at most `timeout`; killed and panics after that).
 pub fn run_cli(mut cmd: Command, timeout: Duration) -> CliOutput {
     let child = cmd.spawn().expect("spawn ahpty client");

@@ -353,6 +353,23 @@ impl Daemon {
         Daemon::builder().args(extra).start()
     }
 
+    /// `serve --listen 127.0.0.1:0 --no-auth --shell /bin/sh --no-shell-integration
+    /// --no-socket` and `extra`, exactly, on `home` (its HOME; XDG_STATE_HOME `home/.state`),
+    /// so that transcripts outlive each daemon started there.
+    pub fn on_home(home: &Path, extra: &[&str]) -> DaemonBuilder {
+        let mut args = vec![
+            "--listen",
+            "127.0.0.1:0",
+            "--no-auth",
+            "--shell",
+            "/bin/sh",
+            "--no-shell-integration",
+            "--no-socket",
+        ];
+        args.extend_from_slice(extra);
+        Daemon::bare().args(&args).home_at(home)
+    }
+
     /// Waits for the stderr line holding `needle`; returns what follows it up to a space or
     /// a quote. Panics if the daemon ends its output without it or after 20 s.
     pub fn wait_log(&self, needle: &str) -> String {
@@ -449,6 +466,13 @@ impl Daemon {
         self.signal(nix::sys::signal::Signal::SIGTERM);
         self.wait_exit(Duration::from_secs(10))
             .unwrap_or_else(|| panic!("still running 10 s after SIGTERM:\n{}", self.stderr()))
+    }
+
+    /// SIGTERM (the clean path: the daemon kills every terminal), then its stderr once it has
+    /// exited (panics after 10 s).
+    pub fn stop(mut self) -> String {
+        self.terminate();
+        self.stderr()
     }
 }
 
