@@ -1201,6 +1201,9 @@ struct SendArgs {
 }
 
 #[derive(clap::Args)]
+#[command(
+    override_usage = "ahpty kill [OPTIONS] <TERMINAL>\n       ahpty kill [OPTIONS] --exited [--dry-run]"
+)]
 struct KillArgs {
     #[arg(value_name = "TERMINAL", help = TERMINAL_HELP, required_unless_present = "exited", conflicts_with = "exited")]
     terminal: Option<String>,

@@ -102,7 +102,8 @@ fn no_user_manager() -> Option<String> {
         return None;
     }
     let serve = "start the daemon with `ahpty serve` instead (e.g. `nohup ahpty serve \
-                 >/dev/null 2>&1 &`, or from your init system)";
+                 >>~/ahpty.log 2>&1 &`: the log's first line is the connect URL with its token; \
+                 the CLI needs none, it uses the Unix socket)";
     // `/run/systemd/system` exists exactly when systemd is the init system (sd_booted).
     Some(if Path::new("/run/systemd/system").exists() {
         format!(
@@ -134,7 +135,7 @@ pub fn install(out: &mut dyn Write) -> io::Result<u8> {
         .map_err(|e| io::Error::new(e.kind(), format!("cannot find this binary: {e}")))?;
     let path = unit_path().ok_or_else(no_unit_path)?;
     if let Some(why) = no_user_manager() {
-        writeln!(out, "{why}")?;
+        eprintln!("ahpty: {why}");
         return Ok(2);
     }
     let text = unit_text(&exe);

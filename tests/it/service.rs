@@ -227,9 +227,19 @@ spec!(
         let env = Env::without_manager();
         env.fake_systemctl(0);
         let out = env.service("install");
-        let stdout = text(&out.stdout);
-        assert_eq!(out.status.code(), Some(2), "{stdout}{}", text(&out.stderr));
+        let stdout = text(&out.stderr);
+        assert!(
+            out.stdout.is_empty(),
+            "nothing on stdout: {}",
+            text(&out.stdout)
+        );
+        assert_eq!(out.status.code(), Some(2), "{stdout}");
         assert_eq!(stdout.lines().count(), 1, "one line: {stdout}");
+        assert!(stdout.starts_with("ahpty: "), "{stdout}");
+        assert!(
+            !stdout.contains("/dev/null"),
+            "the URL must not be thrown away: {stdout}"
+        );
         assert!(
             stdout.contains("nothing installed") && stdout.contains("`ahpty serve`"),
             "{stdout}"
