@@ -13,7 +13,7 @@ use crate::upgrade::{claimed_shell, ppid, status, upgrade, Install};
 use serde_json::json;
 
 /// Terminals flooding with `yes` during the upgrade.
-const FLOODS: usize = 8;
+const FLOODS: usize = 20;
 /// The daemon's `--upgrade-timeout`.
 const UPGRADE_TIMEOUT: &str = "5s";
 /// What the switch may take on top of `--upgrade-timeout` on this shared, loaded machine (a
