@@ -160,10 +160,18 @@ impl Host {
     /// `TerminalImage::pty` indexes them). Every connection left is forgotten. After this the
     /// host serves nothing: the caller executes the new image (or this one again).
     ///
+    /// Every terminal is told to stop first and then collected, so they stop in parallel and
+    /// the whole suspension ends by `deadline` (what is left of `--upgrade-timeout` since
+    /// SIGUSR2, docs/upgrade.md), whatever the number of terminals.
+    ///
     /// Never fails as a whole: a terminal whose pty cannot be duplicated is left out (and
-    /// logged); one whose pump does not stop within `timeout` (`--upgrade-timeout`) is handed
-    /// over without its reader's held-back bytes (logged too).
-    pub async fn suspend(self: &Arc<Self>, timeout: Duration) -> (HostImage, Vec<OwnedFd>) {
+    /// logged); one whose writer does not stop by `deadline` is handed over without its queued
+    /// input, one whose pump does not stop by then without its reader's held-back bytes (both
+    /// logged).
+    pub async fn suspend(
+        self: &Arc<Self>,
+        deadline: std::time::Instant,
+    ) -> (HostImage, Vec<OwnedFd>) {
         let processes: Vec<_> = {
             let mut inner = self.lock();
             let conns: Vec<_> = inner.connections.keys().copied().collect();
@@ -177,20 +185,24 @@ impl Host {
                 .collect()
         };
         let started = Instant::now();
+        // Every reader and writer is told first: their stops overlap instead of adding up.
+        for (_, process, wake) in &processes {
+            process.begin_suspend();
+            // A pump waiting for a congested subscriber re-checks its (now open) gate.
+            wake.notify_one();
+        }
         let mut io_state = HashMap::new();
         for (id, process, wake) in processes {
             let pid = process.pid();
-            match tokio::task::spawn_blocking(move || process.suspend()).await {
+            match tokio::task::spawn_blocking(move || process.suspend(deadline)).await {
                 Ok(Ok(suspended)) => {
                     io_state.insert(id, suspended);
                 }
                 Ok(Err(e)) => tracing::error!(pid, error = %e, "cannot hand a terminal over"),
                 Err(e) => tracing::error!(pid, error = %e, "cannot hand a terminal over"),
             }
-            // A pump waiting for a congested subscriber re-checks its (now open) gate.
             wake.notify_one();
         }
-        let deadline = Instant::now() + timeout;
         loop {
             let waiting = {
                 let inner = self.lock();
@@ -205,11 +217,10 @@ impl Host {
             if waiting == 0 {
                 break;
             }
-            if Instant::now() >= deadline {
+            if std::time::Instant::now() >= deadline {
                 tracing::warn!(
-                    "{waiting} terminal(s) did not stop within {}: handed over without the \
-                     bytes their readers held back",
-                    seconds(timeout)
+                    "{waiting} terminal(s) did not stop within --upgrade-timeout: handed over \
+                     without the bytes their readers held back"
                 );
                 break;
             }

@@ -150,7 +150,10 @@ impl Pty for FakePty {
         super::Reaping::Pending
     }
 
-    fn suspend(&self) -> io::Result<(std::os::fd::OwnedFd, Vec<u8>)> {
+    fn suspend(
+        &self,
+        _deadline: std::time::Instant,
+    ) -> io::Result<(std::os::fd::OwnedFd, Vec<u8>)> {
         Err(io::Error::new(
             io::ErrorKind::Unsupported,
             "a stand-in pty cannot be handed over",

@@ -123,8 +123,13 @@ pub trait Pty: Send + Sync {
     /// reader (the reader's last event is [`TerminalEvent::Suspended`]) and returns a
     /// close-on-exec duplicate of the pty master and the input not yet written, in order. The
     /// program keeps running. Errors: the master cannot be duplicated, or this pty cannot be
-    /// handed over. Blocking.
-    fn suspend(&self) -> io::Result<(std::os::fd::OwnedFd, Vec<u8>)>;
+    /// handed over. Blocking: waits for the writer until `deadline` at most (then its queued
+    /// input is dropped, and logged).
+    fn suspend(&self, deadline: std::time::Instant) -> io::Result<(std::os::fd::OwnedFd, Vec<u8>)>;
+    /// Tells the reader and writer to stop for a live upgrade without waiting for them, so
+    /// that the terminals of a host stop in parallel; [`Pty::suspend`] then collects each.
+    /// Callable any number of times. The default does nothing.
+    fn begin_suspend(&self) {}
 }
 
 /// How terminals are started: [`NativePtys`] in the daemon, a stand-in in unit tests.

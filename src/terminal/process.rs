@@ -249,13 +249,17 @@ impl super::Pty for PtyProcess {
     /// Suspends the terminal for a live upgrade: stops the writer and the reader (which then
     /// hands over its pipeline's state, see [`PtyReader::is_suspending`]) and returns a
     /// duplicate of the pty master (close-on-exec) and the input not yet written, in order.
-    /// The process keeps running; its output waits in the pty. Blocking (joins the writer).
-    fn suspend(&self) -> io::Result<(OwnedFd, Vec<u8>)> {
+    /// The process keeps running; its output waits in the pty. Blocking: waits for the writer
+    /// until `deadline` at most (then, or after [`WRITER_STOP_TIMEOUT`], its queued input is
+    /// dropped and logged).
+    fn suspend(&self, deadline: Instant) -> io::Result<(OwnedFd, Vec<u8>)> {
         let fd = self.io.master().try_clone()?;
-        self.input.lock().take();
-        self.io.suspend();
+        self.begin_suspend();
         let done = self.writer_done.lock().take();
-        let left = match done.map(|d| d.recv_timeout(WRITER_STOP_TIMEOUT)) {
+        let wait = deadline
+            .saturating_duration_since(Instant::now())
+            .min(WRITER_STOP_TIMEOUT);
+        let left = match done.map(|d| d.recv_timeout(wait)) {
             Some(Ok(left)) => left,
             // The task is gone (it always answers before it ends): nothing was left.
             Some(Err(std_mpsc::RecvTimeoutError::Disconnected)) | None => Vec::new(),
@@ -268,6 +272,12 @@ impl super::Pty for PtyProcess {
             }
         };
         Ok((fd, left))
+    }
+
+    /// Closes the input queue and tells the reader and writer to stop (see [`PtyIo::suspend`]).
+    fn begin_suspend(&self) {
+        self.input.lock().take();
+        self.io.suspend();
     }
 
     /// Process id of the program, which is also its session id and process group id.
@@ -708,7 +718,9 @@ mod tests {
             }
             last = now;
         }
-        let (fd, left) = process.suspend().unwrap();
+        let (fd, left) = process
+            .suspend(Instant::now() + Duration::from_secs(10))
+            .unwrap();
         drop(fd);
         assert!(
             !left.is_empty() && left.len() < input.len(),

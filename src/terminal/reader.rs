@@ -455,7 +455,8 @@ mod tests {
         }
         // Keep draining (so the reader never waits for room) while the terminal is suspended.
         let suspending = process.clone();
-        let suspend = tokio::task::spawn_blocking(move || suspending.suspend());
+        let until = std::time::Instant::now() + Duration::from_secs(10);
+        let suspend = tokio::task::spawn_blocking(move || suspending.suspend(until));
         loop {
             match next(&mut events).await {
                 Some(TerminalEvent::Suspended(carry)) => {

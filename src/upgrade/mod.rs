@@ -654,7 +654,8 @@ impl Upgrader {
         );
         // From here on the terminals are suspended: the way out is an exec, of the new image
         // or, failing that, of this one.
-        let (mut image, ptys) = host.suspend(self.timeout).await;
+        // One deadline for the whole pause, from SIGUSR2: the terminals stop by then.
+        let (mut image, ptys) = host.suspend(request.started + self.timeout).await;
         let mut fds = Vec::new();
         let server_image = server.image(&mut fds);
         let base = fds.len();

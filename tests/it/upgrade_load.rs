@@ -34,7 +34,7 @@ fn peak_rss(pid: u32, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
 }
 
 measured!(
-    an_upgrade_during_twenty_floods_stays_within_its_timeout_and_its_memory,
+    an_upgrade_during_floods_stays_within_its_timeout_and_its_memory,
     async {
         let install = Install::new();
         let d = Daemon::builder()
