@@ -5,7 +5,7 @@
 # daemon's resident size every 10 ms. Prints the resident size before, its peak during the
 # upgrade, the daemon's status (switchMs, totalMs) and how many terminals are listed after.
 #
-#   cargo build --release && flock /work/wt/heavy.lock benches/upgrade_load.sh target/release/ahpty 50
+#   cargo build --release && benches/upgrade_load.sh target/release/ahpty 50
 set -u
 BIN=$(realpath "$1"); N=$2; FILL=${FILL:-10}
 H=$(mktemp -d)

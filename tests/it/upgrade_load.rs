@@ -99,10 +99,11 @@ measured!(
         // The pause: SIGUSR2 to serving again, within the timeout and the slack.
         let bound = Duration::from_secs(5) + SLACK;
         assert!(total < bound, "nobody was served for {total:?}: {st}");
-        // The hand-over is streamed: at most half the resident size on top (a document built
-        // in memory costs its size, about 1.4 times the retained state, twice).
+        // The hand-over is streamed: the peak stays within twice the resident size (docs/
+        // upgrade.md; 1.13–1.62 × measured with 20 floods). A document built in memory costs its
+        // size, about 1.4 times the retained state, twice: 5 × the retained state and more.
         assert!(
-            peak <= rss_full + rss_full / 2,
+            peak <= rss_full * 2,
             "{peak} KiB resident during the upgrade, from {rss_full} KiB"
         );
 
