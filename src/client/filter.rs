@@ -11,15 +11,20 @@
 //!   `--allow-clipboard`; clipboard reads (`OSC 52;c;?`, kitty's `type=read`) always go;
 //! - OSC queries: any OSC but the titles (0, 1, 2) with a `?` field (OSC 4/5/10–19/104 colour
 //!   queries …), OSC 50 (font, set or query), OSC 60/61 (allowed features), iTerm2's
-//!   `OSC 1337;Report…` and `RequestUpload`;
-//! - DCS requests: DECRQSS (`DCS $ q`), XTGETTCAP (`DCS + q`), and tmux passthrough
-//!   (`DCS tmux;`), which would carry any of these to an outer terminal;
-//! - APC: kitty graphics commands that are not quiet (`q=2`), since the terminal answers them;
+//!   `OSC 1337;Report…` and `RequestUpload`, kitty's OSC 99 (notifications) and OSC 21
+//!   (colours) with a `?` value (`p=?`, `foreground=?`);
+//! - an OSC whose number is not a decimal integer. The number is read as emulators read it:
+//!   without the C0 controls they skip inside a string (0x00–0x06, 0x08–0x17, 0x19,
+//!   0x1C–0x1F), as an integer (`052` is 52), so `ESC ] 5 \x01 2 ;` is OSC 52;
+//! - DCS requests: DECRQSS (`DCS $ q`), XTGETTCAP (`DCS + q`), XTGETXRES (`DCS + Q`), and
+//!   tmux passthrough (`DCS tmux;`), which would carry any of these to an outer terminal;
+//! - APC: kitty graphics commands that are not quiet (the last `q` key is not 2), since the
+//!   terminal answers them;
 //! - CSI reports: DSR and DECXCPR (`n`, `?n`), DA1/DA2/DA3 (`c`, `>c`, `=c`), XTVERSION
 //!   (`>q`), DECRQM (`$p`, `?$p`), XTWINOPS reports (`11/13/14/15/16/18/19/20/21 t`),
 //!   DECREQTPARM (`x`), XTQMODKEYS (`?m`), the kitty keyboard query (`?u`), XTSMGRAPHICS
 //!   (`?S`), DECRQPSR (`$w`), DECRQTSR (`$u`), DECRQUPSS (`&u`), DECRQDE (`"v`), DECRQCRA
-//!   (`*y`);
+//!   (`*y`), XTREPORTCOLORS (`#R`), DECRQLP (`'|`);
 //! - DECID (`ESC Z`) and ENQ (0x05, answered with the answerback string).
 //!
 //! Everything else passes unchanged. Both 7-bit (`ESC ]`) and 8-bit (U+009D …) introducers
@@ -375,32 +380,74 @@ fn is_csi_query(body: &str, fin: char) -> bool {
         (None, "&", 'u') => true,
         (None, "\"", 'v') => true,
         (None, "*", 'y') => true,
+        // XTREPORTCOLORS, DECRQLP.
+        (None, "#", 'R') => true,
+        (None, "'", '|') => true,
         _ => false,
     }
 }
 
-/// Whether an OSC with text `body` (`NUMBER;…`) passes.
+/// Whether `c` is a C0 control that emulators (xterm, VTE, alacritty, wezterm) skip inside a
+/// string: 0x00–0x06, 0x08–0x17, 0x19, 0x1C–0x1F. (BEL ends an OSC; CAN, SUB and ESC end any
+/// string; ENQ never reaches the held text.)
+fn ignored_in_string(c: char) -> bool {
+    matches!(c, '\x00'..='\x06' | '\x08'..='\x17' | '\x19' | '\x1c'..='\x1f')
+}
+
+/// The OSC number the way an emulator reads it: the decimal digits before the first `;` as an
+/// integer, leading zeros allowed; `None` when they are no such number (judged a drop).
+fn osc_number(number: &str) -> Option<u32> {
+    if number.is_empty() || !number.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    number.parse().ok()
+}
+
+/// Whether an OSC with text `body` (`NUMBER;…`) passes. It is judged as the emulator sees it:
+/// without the C0 controls it skips, and on the integer value of its number.
 fn osc_passes(body: &str, complete: bool, allow_clipboard: bool) -> bool {
-    let (number, payload) = body.split_once(';').unwrap_or((body, ""));
+    let seen: String = body.chars().filter(|&c| !ignored_in_string(c)).collect();
+    if !complete && !seen.contains(';') {
+        // The number goes on past the head (`0000…052`): not known, so dropped.
+        return false;
+    }
+    let (number, payload) = seen.split_once(';').unwrap_or((&seen, ""));
     // The fields known whole: all when the string ended, else those a `;` closed.
     let mut fields: Vec<&str> = payload.split(';').collect();
     if !complete {
         fields.pop();
     }
+    // A `?` value of a `key=value` (or `:`-separated) field: kitty's queries.
+    let asks = |f: &&str| f.contains("=?") || f.contains(":?");
+    let Some(number) = osc_number(number) else {
+        // Not a number an emulator acts on — or one the head was too short to show: dropped.
+        return false;
+    };
     match number {
-        "0" | "1" | "2" => true,
-        "50" | "60" | "61" => false,
+        0..=2 => true,
+        50 | 60 | 61 => false,
         // Pc;Pd: Pd `?` reads the clipboard.
-        "52" => allow_clipboard && payload.split_once(';').is_some_and(|(_, d)| d != "?"),
+        52 => allow_clipboard && payload.split_once(';').is_some_and(|(_, d)| d != "?"),
         // metadata;payload: `type=read` reads it.
-        "5522" => allow_clipboard && !fields.first().is_some_and(|m| m.contains("type=read")),
-        "1337" => {
+        5522 => allow_clipboard && !fields.first().is_some_and(|m| m.contains("type=read")),
+        1337 => {
             if payload.starts_with("Copy=") {
                 allow_clipboard
             } else {
                 !(payload.starts_with("Report") || payload.starts_with("RequestUpload"))
             }
         }
+        // kitty notifications (`99;i=1:p=?;`): the metadata, judged once known whole.
+        99 => {
+            let metadata = if complete || payload.contains(';') {
+                payload.split(';').next()
+            } else {
+                None
+            };
+            metadata.is_some_and(|m| !asks(&m) && m != "?")
+        }
+        // kitty colour control (`21;foreground=?`): judged whole, else dropped.
+        21 => complete && !fields.iter().any(|f| asks(f) || *f == "?"),
         _ => !fields.contains(&"?"),
     }
 }
@@ -417,15 +464,25 @@ fn dcs_passes(body: &str) -> bool {
         .chars()
         .filter(|c| !c.is_ascii_control())
         .find(|c| !(' '..='?').contains(c));
-    !matches!((header.as_str(), fin), ("$" | "+", Some('q')))
+    // DECRQSS (`$q`), XTGETTCAP (`+q`), XTGETXRES (`+Q`).
+    !matches!(
+        (header.as_str(), fin),
+        ("$" | "+", Some('q')) | ("+", Some('Q'))
+    )
 }
 
-/// Whether an APC with text `body` passes: kitty graphics (`G…`) only when quiet (`q=2`).
+/// Whether an APC with text `body` passes: kitty graphics (`G…`) only when quiet, that is when
+/// the last `q` key of its control data is 2 (kitty takes the last of a repeated key).
 fn apc_passes(body: &str) -> bool {
-    match body.strip_prefix('G') {
+    let seen: String = body.chars().filter(|&c| !ignored_in_string(c)).collect();
+    match seen.strip_prefix('G') {
         Some(rest) => {
             let control = rest.split(';').next().unwrap_or("");
-            control.split(',').any(|kv| kv == "q=2")
+            let quiet = control
+                .split(',')
+                .filter_map(|kv| kv.strip_prefix("q="))
+                .next_back();
+            quiet.and_then(|q| q.parse::<u32>().ok()) == Some(2)
         }
         None => true,
     }

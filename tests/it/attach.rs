@@ -401,9 +401,13 @@ spec!(
 /// OSC 50 font query (split too), then a marker, and detaches; returns what the local terminal
 /// showed after the shell was ready.
 fn print_clipboard_and_font_query(human: &mut Human) -> String {
+    // OSC 52 as emulators also read it: a C0 control inside the number (`5 SOH 2`, which they
+    // skip), and leading zeros (`052`).
     human.type_keys(
         b"printf '\\033]52;c;aGVs'; sleep 0.3; printf 'bG8=\\007'; printf '\\033]5'; \
-          sleep 0.3; printf '0;?\\007'; echo done-$((2*3))\r",
+          sleep 0.3; printf '0;?\\007'; printf '\\033]5'; printf '\\001'; \
+          printf '2;c;QzA=\\007'; printf '\\033]05'; sleep 0.3; printf '2;c;TFo=\\007'; \
+          echo done-$((2*3))\r",
     );
     blocking(|| human.wait_for("done-6"));
     human.type_keys(b"\x1c");
@@ -438,6 +442,14 @@ spec!(
             !shown.contains("0;?\x07"),
             "part of OSC 50 reached it: {shown:?}"
         );
+        assert!(
+            !shown.contains("QzA=\x07"),
+            "OSC 52 with a C0 control in its number reached it: {shown:?}"
+        );
+        assert!(
+            !shown.contains("TFo=\x07") && !shown.contains("\x1b]05"),
+            "OSC 052 (a leading zero) reached it: {shown:?}"
+        );
         assert!(shown.contains("attach-rc=0"), "{shown:?}");
         assert_modes_restored(&human);
     }
@@ -451,6 +463,10 @@ spec!(allow_clipboard_lets_clipboard_writes_through_only, async {
     assert!(
         shown.contains("\x1b]52;c;aGVsbG8=\x07"),
         "the allowed OSC 52 did not arrive whole: {shown:?}"
+    );
+    assert!(
+        shown.contains("\x1b]052;c;TFo=\x07"),
+        "the allowed OSC 052 did not arrive whole: {shown:?}"
     );
     assert!(
         !shown.contains("\x1b]50"),

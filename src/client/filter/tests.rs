@@ -38,6 +38,13 @@ const KEPT: &[&str] = &[
     "\x1b[>1u\x1b[<u\x1b[>4;1m\x1b[8;24;80t\x1b[22;0t",
     "\u{9b}1m\u{9d}0;t\u{9c}",
     "tab\there, é ü 漢字 🙂",
+    "\x1b]010;#ffffff\x07",
+    "\x1b]0\x01;a title\x07",
+    "\x1b]99;i=1:d=0;Hello?\x1b\\",
+    "\x1b]21;foreground=red;background=#000000\x1b\\",
+    "\x1b_Gq=0,a=T,q=2;AAAA\x1b\\",
+    "\x1bP+p544e\x1b\\",
+    "\x1b[1#P\x1b[1'{",
 ];
 
 const REMOVED: &[&str] = &[
@@ -90,6 +97,39 @@ const REMOVED: &[&str] = &[
     "\u{9b}6n",
     "\u{9d}52;c;aGk=\u{9c}",
     "\u{90}$qm\u{9c}",
+    // The number as emulators read it: C0 controls inside it skipped, leading zeros.
+    "\x1b]5\x012;c;aGk=\x07",
+    "\x1b]5\x002\x1f;c;aGk=\x1b\\",
+    "\x1b]\x1052;c;aGk=\x07",
+    "\x1b]052;c;aGk=\x07",
+    "\x1b]00052;c;aGk=\x07",
+    "\x1b]050;?\x07",
+    "\x1b]5\x080;?\x07",
+    "\x1b]060\x07",
+    "\x1b]01337;Copy=:aGk=\x07",
+    "\x1b]1\x19337;Copy=:aGk=\x07",
+    "\x1b]52;c;\x01?\x07",
+    "\u{9d}052;c;aGk=\u{9c}",
+    // A number no emulator reads the same way: dropped when in doubt.
+    "\x1b]5x2;c;aGk=\x07",
+    "\x1b];c;aGk=\x07",
+    "\x1b]99999999999;c;aGk=\x07",
+    "\x1b]5\x7f2;c;aGk=\x07",
+    // XTGETXRES, XTREPORTCOLORS, DECRQLP.
+    "\x1bP+Q666f6e74\x1b\\",
+    "\x1b[#R",
+    "\x1b[1'|",
+    "\x1b['|",
+    // kitty graphics: the last `q` wins.
+    "\x1b_Ga=T,q=2,q=0;AAAA\x1b\\",
+    "\x1b_Ga=q,q=1;AAAA\x1b\\",
+    "\x1b_Ga=q,q=x;AAAA\x1b\\",
+    "\x1b_G\x01a=q;AAAA\x1b\\",
+    // kitty's OSC 99 and OSC 21 queries.
+    "\x1b]99;i=1:p=?;\x1b\\",
+    "\x1b]099;p=?\x07",
+    "\x1b]21;foreground=?\x1b\\",
+    "\x1b]21;background=#000000;cursor=?\x07",
 ];
 
 #[test]
@@ -128,6 +168,29 @@ fn allow_clipboard_keeps_writes_only() {
     ] {
         assert_eq!(whole(t, true), "", "{t:?}");
     }
+}
+
+#[test]
+fn leading_zeros_keep_an_allowed_clipboard_write() {
+    for t in ["\x1b]052;c;aGk=\x07", "\x1b]5\x012;c;aGk=\x07"] {
+        assert_eq!(whole(t, true), t, "{t:?}");
+        same_in_pieces(t, true);
+    }
+    for t in ["\x1b]052;c;?\x07", "\x1b]52;c;\x01?\x07", "\x1b]050;?\x07"] {
+        assert_eq!(whole(t, true), "", "{t:?}");
+    }
+}
+
+#[test]
+fn a_long_osc_99_is_judged_on_its_metadata() {
+    let body = "x".repeat(4 * STRING_HEAD);
+    let kept = format!("\x1b]99;i=1;{body}\x07");
+    assert_eq!(whole(&kept, false), kept);
+    let asks = format!("\x1b]99;i=1:p=?;{body}\x07");
+    assert_eq!(whole(&asks, false), "");
+    // A number longer than the head is no number yet: dropped.
+    let digits = format!("\x1b]{}52;c;aGk=\x07ok", "0".repeat(2 * STRING_HEAD));
+    assert_eq!(whole(&digits, false), "ok");
 }
 
 #[test]
