@@ -7,16 +7,24 @@
 //! hold: the title sanitised as a client's is ([`sanitize_title`]), out-of-range sizes and
 //! unusable working directories dropped, unknown content parts dropped, and at most
 //! [`MAX_RESTORED_PARTS`] content parts (adjacent unclassified parts joined, then the oldest
-//! joined into one), so a snapshot of a restored terminal stays within the bound
-//! docs/store.md gives. Pure functions.
+//! joined into one), command lines cut to [`MAX_COMMAND_LINE_BYTES`] and running commands
+//! marked finished (a restored terminal has no process, so the scrollback trim may drop them
+//! like any other), so a snapshot of a restored terminal stays within the bound docs/store.md
+//! gives. Pure functions.
 
 use ahp_types::state::{TerminalContentPart, TerminalState, TerminalUnclassifiedPart};
 
 use super::channel::{self, MAX_CWD_BYTES};
 use super::validate::{self, MAX_ID_BYTES};
 use crate::store::Meta;
+use crate::terminal::escape::MAX_SEQUENCE_BYTES;
 use crate::terminal::shell_integration::sanitize_title;
 use crate::terminal::MAX_DIMENSION;
+
+/// Longest `commandLine` a restored command part keeps, in bytes: what a live one can be, the
+/// longest OSC 633;E the output framer holds ([`MAX_SEQUENCE_BYTES`], 1 MiB). A longer one is
+/// cut at a character boundary.
+pub const MAX_COMMAND_LINE_BYTES: usize = MAX_SEQUENCE_BYTES;
 
 /// Most content parts a restored terminal keeps. Adjacent unclassified parts are joined
 /// first (that changes nothing a client sees in the text); past the bound, the oldest parts
@@ -55,6 +63,17 @@ fn sanitise(state: &mut TerminalState) -> Vec<String> {
         state.cwd = None;
         fixes.push("its cwd was not a file:// URI of a usable length: dropped".to_string());
     }
+    let (cut, finished) = commands(&mut state.content);
+    if cut > 0 {
+        fixes.push(format!(
+            "{cut} command lines over {MAX_COMMAND_LINE_BYTES} bytes: cut"
+        ));
+    }
+    if finished > 0 {
+        fixes.push(format!(
+            "{finished} running commands (its process is gone): marked finished"
+        ));
+    }
     let before = state.content.len();
     let (content, unknown) = bounded(std::mem::take(&mut state.content));
     state.content = content;
@@ -68,6 +87,33 @@ fn sanitise(state: &mut TerminalState) -> Vec<String> {
         ));
     }
     fixes
+}
+
+/// Cuts command lines to [`MAX_COMMAND_LINE_BYTES`] and marks running command parts finished
+/// (no exit code, no duration): with no process nothing would finish them, and the scrollback
+/// trim never drops a running part, so without this their command lines would escape the
+/// `--scrollback-bytes` bound. Returns how many lines were cut and how many parts finished.
+fn commands(parts: &mut [TerminalContentPart]) -> (usize, usize) {
+    let (mut cut, mut finished) = (0, 0);
+    for part in parts {
+        let TerminalContentPart::Command(c) = part else {
+            continue;
+        };
+        if c.command_line.len() > MAX_COMMAND_LINE_BYTES {
+            let mut end = MAX_COMMAND_LINE_BYTES;
+            while !c.command_line.is_char_boundary(end) {
+                end -= 1;
+            }
+            c.command_line.truncate(end);
+            c.command_line.shrink_to_fit();
+            cut += 1;
+        }
+        if !c.is_complete {
+            c.is_complete = true;
+            finished += 1;
+        }
+    }
+    (cut, finished)
 }
 
 /// A `file://` URI no longer than a percent-encoded `PATH_MAX` path can be.
@@ -172,5 +218,25 @@ mod tests {
         assert!(
             matches!(out.last(), Some(TerminalContentPart::Command(c)) if c.command_id == "c99999")
         );
+    }
+
+    #[test]
+    fn command_lines_are_cut_and_running_commands_finished() {
+        let mut long = command(0);
+        if let TerminalContentPart::Command(c) = &mut long {
+            // A 3-byte character straddles the cut.
+            c.command_line = format!("a{}", "é€".repeat(MAX_COMMAND_LINE_BYTES));
+            c.is_complete = false;
+            c.exit_code = None;
+        }
+        let mut parts = vec![long, command(1)];
+        assert_eq!(commands(&mut parts), (1, 1));
+        let TerminalContentPart::Command(c) = &parts[0] else {
+            panic!("not a command part")
+        };
+        assert!(c.command_line.len() <= MAX_COMMAND_LINE_BYTES);
+        assert!(c.command_line.len() > MAX_COMMAND_LINE_BYTES - 4);
+        assert!(c.is_complete && c.exit_code.is_none());
+        assert_eq!(commands(&mut parts), (0, 0));
     }
 }

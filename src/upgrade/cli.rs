@@ -81,7 +81,8 @@ pub fn run(pid: Option<u32>, socket: &Path, timeout: Duration, out: &mut dyn io:
 /// Whether `pid` is an ahpty daemon of this user, which handles SIGUSR2 (to any other
 /// process the signal's default action is death): a process of this user that holds the lock
 /// of an ahpty state directory naming it (`daemon.lock`, see `store/dir.rs`), or whose
-/// executable is named `ahpty…` and that runs `serve`. Errors say which check failed.
+/// executable is named `ahpty…` and whose argv is the daemon's ([`daemon_argv`]). Errors say
+/// which check failed.
 fn is_daemon(pid: u32) -> Result<(), String> {
     let id = i32::try_from(pid).map_err(|_| "no such process".to_string())?;
     let process = procfs::process::Process::new(id).map_err(|e| match e {
@@ -110,13 +111,29 @@ fn is_daemon(pid: u32) -> Result<(), String> {
     if !named {
         return Err(format!("its executable is {shown}"));
     }
-    let serves = process
+    let args = process
         .cmdline()
-        .is_ok_and(|args| args.iter().skip(1).any(|a| a == "serve"));
-    if !serves {
-        return Err(format!("{shown} runs, but not `serve`"));
+        .map_err(|e| format!("cannot read its arguments: {e}"))?;
+    if !daemon_argv(&args) {
+        return Err(format!(
+            "{shown} runs `{}`, not `ahpty [-v…] serve …`",
+            crate::codec::clip(args.join(" "), 200)
+        ));
     }
     Ok(())
+}
+
+/// Whether `args` (argv, program first) is the daemon's form: `serve` as the subcommand, after
+/// only the global flags (`-v`, `-vv`, …, `--verbose`). A client with `serve` among its
+/// arguments (`ahpty run -- sh -c … serve`) is not.
+fn daemon_argv(args: &[String]) -> bool {
+    let is_global = |a: &str| {
+        a == "--verbose" || (a.len() > 1 && a.starts_with('-') && a[1..].bytes().all(|b| b == b'v'))
+    };
+    args.iter()
+        .skip(1)
+        .find(|a| !is_global(a))
+        .is_some_and(|a| a == "serve")
 }
 
 /// Whether `process` has a `daemon.lock` open whose content is `pid` (the lock of the state
@@ -227,5 +244,24 @@ mod tests {
             describe(&s),
             "upgrade failed (pre-flight): /x upgrade-check exited with status 3; still serving 0.1.0"
         );
+    }
+
+    #[test]
+    fn only_the_daemon_argv_is_the_daemons() {
+        let argv = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(daemon_argv(&argv(&["ahpty", "serve"])));
+        assert!(daemon_argv(&argv(&[
+            "/x/ahpty",
+            "-vv",
+            "--verbose",
+            "serve",
+            "--no-auth"
+        ])));
+        assert!(!daemon_argv(&argv(&[
+            "ahpty", "run", "--", "sh", "-c", "sleep 9", "serve"
+        ])));
+        assert!(!daemon_argv(&argv(&["ahpty", "--url", "serve", "serve"])));
+        assert!(!daemon_argv(&argv(&["ahpty", "-x", "serve"])));
+        assert!(!daemon_argv(&argv(&["ahpty"])));
     }
 }

@@ -262,6 +262,21 @@ spec!(
             })
             .collect();
         plant_transcript(&dir, &"d".repeat(32), meta(parted, "p", parts));
+        // Command lines count against the scrollback too: one huge one (cut to what a live
+        // OSC 633;E can carry), and many running commands with long ones (a restored terminal
+        // has no process, so they are finished and trimmed like any other).
+        let lined = "ahp-terminal:/crafted-line";
+        let one = vec![json!({"type": "command", "commandId": "c", "output": "out",
+            "commandLine": "y".repeat(16 << 20), "timestamp": 0, "isComplete": false})];
+        plant_transcript(&dir, &"e".repeat(32), meta(lined, "e", one));
+        let running = "ahp-terminal:/crafted-running";
+        let many: Vec<Value> = (0..300)
+            .map(|i| {
+                json!({"type": "command", "commandId": format!("r{i}"), "output": "o",
+                    "commandLine": "z".repeat(60_000), "timestamp": 0, "isComplete": false})
+            })
+            .collect();
+        plant_transcript(&dir, &"f".repeat(32), meta(running, "f", many));
 
         let d = Daemon::on_home(home, &[]).start();
         let (mut c, init) = Raw::connect_init(&d.url(), "crafted", &[ROOT]).await;
@@ -314,8 +329,22 @@ spec!(
             text.len()
         );
 
+        // Within the scrollback (the default 1 MiB) plus one command line (at most
+        // 1 MiB, the longest OSC the output framer holds), and `ahpty logs` reads them.
+        for uri in [lined, running] {
+            let r = c.request("subscribe", json!({"channel": uri})).await;
+            let size = r.to_string().len();
+            assert!(
+                size <= (2 << 20) + SNAPSHOT_OVERHEAD,
+                "{uri}: a snapshot of {size} bytes"
+            );
+            let logs = cli(d.cli(&["logs", "--url", &d.url(), uri, "--plain"])).await;
+            assert_eq!(logs.code, Some(0), "{uri}: {}", logs.stderr);
+        }
+        assert!(log.contains("command line"), "{log}");
+
         // Every restored terminal can be disposed of.
-        for uri in [titled, parted] {
+        for uri in [titled, parted, lined, running] {
             let r = c.request("disposeTerminal", json!({"channel": uri})).await;
             assert!(r.get("error").is_none(), "{r}");
         }

@@ -860,3 +860,41 @@ pub(crate) fn assert_contiguous(nums: &[u64], n: u64, what: &str) {
         nums.len()
     );
 }
+
+// `ahpty upgrade --pid` signals only a daemon: an ahpty client with `serve` among its
+// arguments (here the `$0` of the command it runs) is refused and not signalled (SIGUSR2
+// would kill it).
+spec!(
+    upgrade_pid_of_a_client_with_serve_among_its_args_refuses,
+    async {
+        let d = Daemon::start();
+        let mut client = d
+            .cli(&["run", "--", "sh", "-c", "sleep 60", "serve"])
+            .spawn()
+            .expect("ahpty run");
+        let pid = client.id();
+        let cmdline = format!("/proc/{pid}/cmdline");
+        eventually("the client runs", Duration::from_secs(10), async || {
+            std::fs::read(&cmdline).is_ok_and(|c| c.ends_with(b"serve\0"))
+        })
+        .await;
+        let cmd = cli_command(
+            d.home(),
+            &["upgrade", "--pid", &pid.to_string(), "--timeout", "5s"],
+        );
+        let out = tokio::task::spawn_blocking(move || run_cli(cmd, Duration::from_secs(20)))
+            .await
+            .unwrap();
+        let alive = client.try_wait().unwrap().is_none();
+        let _ = client.kill();
+        let _ = client.wait();
+        assert_eq!(out.code, Some(1), "{out:?}");
+        assert!(
+            out.stderr.contains("is not an ahpty daemon of this user")
+                && out.stderr.contains("not `ahpty [-v…] serve …`")
+                && out.stderr.lines().count() == 1,
+            "{out:?}"
+        );
+        assert!(alive, "the client was signalled");
+    }
+);
