@@ -229,7 +229,12 @@ impl End {
                 Some(format!("{uri} exited with code {c}")),
                 u8::try_from(*c).unwrap_or(1),
             ),
-            End::Exited(None) => (Some(format!("{uri} exited")), 1),
+            End::Exited(None) => (
+                Some(format!(
+                    "{uri} has exited; its exit code was not recorded (see `ahpty logs {uri}`)"
+                )),
+                1,
+            ),
             End::Disposed => (Some(format!("{uri} was disposed")), 1),
             End::Lost(f) => (Some(f.message.clone()), EXIT_LOST),
             End::Signal(s) => {

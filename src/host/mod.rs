@@ -214,10 +214,12 @@ impl Host {
     ) -> Arc<Host> {
         let (store, restored, base) = match opened {
             Some(o) => {
+                let kept = o.restored.len().min(config.max_exited_terminals);
                 tracing::info!(
-                    "transcripts in {}: {} terminals restored ({} KiB, read in {} ms)",
+                    "transcripts in {}: {} terminal{} restored ({} KiB, read in {} ms)",
                     o.store.dir().display(),
-                    o.restored.len().min(config.max_exited_terminals),
+                    kept,
+                    if kept == 1 { "" } else { "s" },
                     o.bytes / 1024,
                     o.took.as_millis()
                 );
