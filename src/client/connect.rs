@@ -64,7 +64,10 @@ use tokio_tungstenite::WebSocketStream;
 
 use super::Failure;
 use crate::config::{default_socket_path, effective_uid, TOKEN_ENV, URL_ENV};
-use crate::host::catalog::{TerminalListing, LIST_TERMINALS};
+use crate::proto::catalog::{TerminalListing, LIST_TERMINALS};
+pub use crate::proto::close::{CLOSE_RESTART, CLOSE_SUPERSEDED};
+use crate::proto::codes::{CONNECTION_LOST, NOT_FOUND as UNKNOWN_CLIENT};
+pub use crate::proto::ROOT;
 
 /// The `clientId` every `ahpty` client subcommand presents. Terminals created by `ahpty new`
 /// and `ahpty run` are claimed by it, so any later `ahpty` command is their holder.
@@ -74,12 +77,6 @@ pub const CLIENT_ID: &str = "ahpty-cli";
 /// connection was opened): a CLI process has one connection at a time; a lost connection is
 /// reported as a shutdown when the daemon said `1001 going away`, and resumed after `1012`.
 pub static CLOSE_CODE: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
-
-/// Close code of a daemon restarting for a live upgrade (RFC 6455 "Service Restart").
-pub const CLOSE_RESTART: u16 = 1012;
-
-/// Close code of a connection whose `clientId` was resumed on another connection.
-pub const CLOSE_SUPERSEDED: u16 = 4000;
 
 /// How long a connection closed with [`CLOSE_RESTART`] is tried again before the command
 /// gives up (exit 255): the longest hand-over (`--upgrade-timeout` is at most 60 s) and an
@@ -91,12 +88,6 @@ const RESUME_BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Duratio
 
 /// Actions dispatched while the connection is being resumed, kept at most; one more fails.
 const MAX_HELD_ACTIONS: usize = 4096;
-
-/// JSON-RPC code of a `reconnect` from a client the daemon does not know.
-const UNKNOWN_CLIENT: i32 = -32008;
-
-/// The root channel.
-pub const ROOT: &str = "ahp-root://";
 
 /// Action notifications read off the socket but not yet consumed, at most.
 pub const MAX_UNREAD_EVENTS: usize = 64;
@@ -639,7 +630,7 @@ async fn initialize(
         .request("initialize", params)
         .await
         .map_err(|e| match e {
-            ClientError::Rpc(e) if e.code != -32000 => Failure::unreachable(format!(
+            ClientError::Rpc(e) if e.code != CONNECTION_LOST => Failure::unreachable(format!(
                 "the daemon at {} refused to initialize: {}",
                 target.describe(),
                 e.message
@@ -695,7 +686,7 @@ pub fn request_failure(e: ClientError) -> Failure {
     match e {
         // What `ahp::Client` answers pending requests with when the connection ends (ahpty
         // itself never sends -32000).
-        ClientError::Rpc(e) if e.code == -32000 => Failure::lost(),
+        ClientError::Rpc(e) if e.code == CONNECTION_LOST => Failure::lost(),
         ClientError::Rpc(e) => Failure::failed(e.message),
         ClientError::Deserialization(e) => {
             Failure::failed(format!("unexpected answer from the daemon: {e}"))
