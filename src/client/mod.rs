@@ -85,7 +85,10 @@ impl Failure {
         Failure {
             code: EXIT_LOST,
             message: if going_away {
-                "the daemon shut down (close code 1001): its terminals were stopped".into()
+                format!(
+                    "the daemon shut down (close code {}): its terminals were stopped",
+                    crate::proto::close::CLOSE_GOING_AWAY
+                )
             } else {
                 "lost the connection to the daemon".into()
             },
