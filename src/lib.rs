@@ -17,6 +17,7 @@ pub mod codec;
 pub mod config;
 pub mod host;
 pub mod private_dir;
+pub mod proto;
 pub mod rpc;
 pub mod server;
 pub mod service;

@@ -11,7 +11,7 @@
 use ahp::ahp_types::state::TerminalLifecycleState;
 
 use super::{remote, Conn, Outcome, Target};
-use crate::host::catalog::TerminalSummary;
+use crate::proto::catalog::TerminalSummary;
 
 /// `ahpty kill`.
 pub async fn kill(target: &Target, token: Option<&str>, query: &str) -> Outcome {

@@ -13,7 +13,7 @@ use ahp::ahp_types::state::{TerminalClaim, TerminalLifecycleState};
 use serde::Serialize;
 
 use super::{Conn, Failure, Outcome, Target};
-use crate::host::catalog::TerminalSummary;
+use crate::proto::catalog::TerminalSummary;
 
 /// One terminal as `ls --json` prints it.
 #[derive(Debug, Clone, PartialEq, Serialize)]

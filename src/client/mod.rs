@@ -80,11 +80,15 @@ impl Failure {
     /// Exit status 255: the connection ended; a daemon that said it was shutting down (close
     /// code 1001) is named as such.
     pub fn lost() -> Failure {
-        let going_away = connect::CLOSE_CODE.load(std::sync::atomic::Ordering::Relaxed) == 1001;
+        let going_away = connect::CLOSE_CODE.load(std::sync::atomic::Ordering::Relaxed)
+            == crate::proto::close::CLOSE_GOING_AWAY;
         Failure {
             code: EXIT_LOST,
             message: if going_away {
-                "the daemon shut down (close code 1001): its terminals were stopped".into()
+                format!(
+                    "the daemon shut down (close code {}): its terminals were stopped",
+                    crate::proto::close::CLOSE_GOING_AWAY
+                )
             } else {
                 "lost the connection to the daemon".into()
             },

@@ -23,7 +23,7 @@ use super::attach::{attach_to, AttachOptions};
 use super::connect::{CLIENT_ID, ROOT};
 use super::kill::is_exited;
 use super::{remote, run, tty, Conn, Failure, Outcome, Target};
-use crate::host::catalog::TerminalSummary;
+use crate::proto::catalog::TerminalSummary;
 
 /// What `new` creates.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -9,10 +9,10 @@ use ahp::ahp_types::actions::{ActionEnvelope, StateAction, TerminalInputAction};
 use ahp::ahp_types::state::{TerminalContentPart, TerminalState};
 use serde_json::{json, Value};
 
-use super::connect::ROOT;
 use super::select::select;
 use super::{Conn, Failure};
-use crate::host::catalog::TerminalSummary;
+use crate::proto::catalog::TerminalSummary;
+use crate::proto::ROOT;
 
 /// The listed terminal `query` designates (see [`super::select`]), and the daemon's host id.
 pub async fn find(conn: &mut Conn, query: &str) -> Result<(TerminalSummary, String), Failure> {

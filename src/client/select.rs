@@ -13,7 +13,7 @@
 //! A pure function over the listing; touches nothing.
 
 use super::Failure;
-use crate::host::catalog::TerminalSummary;
+use crate::proto::catalog::TerminalSummary;
 
 /// The terminal `query` designates among `terminals` (see the module rules).
 pub fn select<'a>(

@@ -25,8 +25,7 @@ pub const RESERVED_SCHEMES: &[&str] = &[
     "ahp-canvas",
 ];
 
-/// The root channel.
-pub const ROOT: &str = ahp_types::ROOT_RESOURCE_URI;
+pub use crate::proto::ROOT;
 
 /// What a channel string refers to.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -68,13 +68,7 @@ pub const HARD_LIMIT_BYTES: usize = 4 * 1024 * 1024;
 /// before the episode began.
 pub const GRACE_REARM: Duration = Duration::from_secs(1);
 
-/// Close code for a connection that stopped reading while nobody else kept up
-/// (`--stall-timeout`).
-pub const CLOSE_STALLED: u16 = 4001;
-
-/// Close code for a connection that fell behind while other viewers kept up
-/// (`--lag-limit-bytes`, `--lag-timeout`).
-pub const CLOSE_LAGGING: u16 = 4002;
+pub use crate::proto::close::{CLOSE_LAGGING, CLOSE_STALLED};
 
 /// The flow-control settings (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

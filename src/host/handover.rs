@@ -30,9 +30,7 @@ use super::{persist, Host, TerminalEntry};
 use crate::config::Config;
 use crate::terminal::{self, Adopted, Pty, PtyMaster, ReaderCarry, Reaping};
 
-/// WebSocket close code sent to every client when the daemon restarts for a live upgrade
-/// (RFC 6455 §7.4.1 "Service Restart"): reconnect, with `reconnect` and the last `serverSeq`.
-pub const CLOSE_RESTART: u16 = 1012;
+pub use crate::proto::close::CLOSE_RESTART;
 
 /// A timeout as messages name it: `5 s`, `1.5 s`.
 pub fn seconds(d: Duration) -> String {

@@ -463,7 +463,10 @@ impl Host {
         }
         self.close_store().await;
         for o in outboxes {
-            o.close(1001, "ahpty is shutting down");
+            o.close(
+                crate::proto::close::CLOSE_GOING_AWAY,
+                "ahpty is shutting down",
+            );
         }
         if let Err(e) = shell_integration::remove_script_dir() {
             tracing::debug!(error = %e, "cannot remove the shell-integration script directory");

@@ -24,8 +24,7 @@ pub const MAX_REPLAY_BYTES: usize = 32 * 1024 * 1024;
 /// A reaped terminal: its URI, claim holder and what is left to do.
 type Expired = (String, String, super::Removed);
 
-/// WebSocket close code sent to a connection whose `clientId` reconnected elsewhere.
-pub const CLOSE_SUPERSEDED: u16 = 4000;
+pub use crate::proto::close::CLOSE_SUPERSEDED;
 
 /// Most `clientId`s remembered for replay; beyond it the one seen longest ago is forgotten.
 pub const MAX_REMEMBERED_CLIENTS: usize = 1024;

@@ -25,7 +25,8 @@ use super::frame::{self, Incoming, RequestId};
 use super::params;
 use crate::codec::{self, version, Wire};
 use crate::host::channel::{self, ChannelKind};
-use crate::host::{catalog, ConnId, Host, Outbox};
+use crate::host::{ConnId, Host, Outbox};
+use crate::proto::catalog;
 
 /// Frames at least this large (bytes) are parsed and handled off the async worker threads
 /// (see [`offload`]).

@@ -24,7 +24,7 @@ use crate::codec::Frame;
 use crate::host::{OutboxReceiver, Outgoing};
 
 /// Close code sent to a peer that did not answer a ping in time.
-pub const PING_TIMEOUT_CLOSE_CODE: u16 = 1001;
+pub const PING_TIMEOUT_CLOSE_CODE: u16 = crate::proto::close::CLOSE_GOING_AWAY;
 
 type Sink<S> = SplitSink<WebSocketStream<S>, Message>;
 

@@ -104,21 +104,20 @@ impl PtyIo {
     }
 
     /// Writes all of `bytes`, waiting for room in the pty's input queue whenever it is full.
-    /// Returns how many bytes were written and, if not all, why: stopped (`None`) or the
-    /// error of `write(2)`.
+    /// Returns how many bytes were written and, if not all, why.
     async fn write_all(
         &self,
         bytes: &[u8],
         stop: &mut watch::Receiver<bool>,
-    ) -> (usize, Option<Option<io::Error>>) {
+    ) -> (usize, Option<WriteEnd>) {
         let mut written = 0;
         while written < bytes.len() {
             let mut guard = tokio::select! {
                 biased;
-                _ = stopped(stop) => return (written, Some(None)),
+                _ = stopped(stop) => return (written, Some(WriteEnd::Stopped)),
                 guard = self.fd.writable() => match guard {
                     Ok(g) => g,
-                    Err(e) => return (written, Some(Some(e))),
+                    Err(e) => return (written, Some(WriteEnd::Failed(e))),
                 },
             };
             let rest = &bytes[written..];
@@ -133,10 +132,15 @@ impl PtyIo {
                     Ok(n as usize)
                 }
             }) {
-                Ok(Ok(0)) => return (written, Some(Some(io::ErrorKind::WriteZero.into()))),
+                Ok(Ok(0)) => {
+                    return (
+                        written,
+                        Some(WriteEnd::Failed(io::ErrorKind::WriteZero.into())),
+                    )
+                }
                 Ok(Ok(n)) => written += n,
                 Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => {}
-                Ok(Err(e)) => return (written, Some(Some(e))),
+                Ok(Err(e)) => return (written, Some(WriteEnd::Failed(e))),
                 // Would block: the readiness was cleared; wait for the next edge.
                 Err(_) => {}
             }
@@ -155,6 +159,24 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
 /// [`READ_BUFFER_BYTES`]): `Some` with what `parse` makes of the bytes, `None` at end of file.
 /// Errors: those of `read(2)` (`EAGAIN` when it has nothing, `EIO` once the last process
 /// holding the slave is gone).
+/// What [`PtyReader::read_with`] came to.
+pub enum Read<R> {
+    /// What the read bytes were parsed into.
+    Parsed(R),
+    /// End of file: the pty's slave side is closed.
+    Eof,
+    /// The terminal was stopped (killed or suspended) before a read.
+    Stopped,
+}
+
+/// Why a pty write did not write everything.
+enum WriteEnd {
+    /// The terminal was stopped (killed or suspended).
+    Stopped,
+    /// `write(2)` or the wait for room failed.
+    Failed(io::Error),
+}
+
 fn read_once<R>(master: &PtyMaster, parse: impl FnOnce(&[u8]) -> R) -> io::Result<Option<R>> {
     READ_BUFFER.with_borrow_mut(|buf| {
         if buf.len() < READ_BUFFER_BYTES {
@@ -210,25 +232,23 @@ impl PtyReader {
     }
 
     /// Waits for output, reads it (at most [`READ_BUFFER_BYTES`]) into this thread's read
-    /// buffer and returns what `parse` makes of the bytes: `Some(Some(r))`; `Some(None)` at end
-    /// of file; `None` once stopped — checked before every read, so a pty that never runs dry
+    /// buffer and returns what `parse` makes of the bytes ([`Read::Parsed`]), [`Read::Eof`] at
+    /// end of file, or [`Read::Stopped`] once stopped — checked before every read, so a pty that never runs dry
     /// does not keep a stopped reader going. The buffer belongs to the worker thread, not to
     /// the terminal (a read and `parse` never wait in between), so idle terminals hold none.
     /// Errors: `read(2)` failed; `EIO` is how Linux reports that the last process holding
     /// the pty slave is gone.
-    pub async fn read_with<R>(
-        &mut self,
-        mut parse: impl FnMut(&[u8]) -> R,
-    ) -> io::Result<Option<Option<R>>> {
+    pub async fn read_with<R>(&mut self, mut parse: impl FnMut(&[u8]) -> R) -> io::Result<Read<R>> {
         loop {
             let mut guard = tokio::select! {
                 biased;
-                _ = stopped(&mut self.stop) => return Ok(None),
+                _ = stopped(&mut self.stop) => return Ok(Read::Stopped),
                 guard = self.io.fd.readable() => guard?,
             };
             let read = guard.try_io(|m| read_once(m.get_ref(), &mut parse));
             match read {
-                Ok(Ok(r)) => return Ok(Some(r)),
+                Ok(Ok(Some(r))) => return Ok(Read::Parsed(r)),
+                Ok(Ok(None)) => return Ok(Read::Eof),
                 Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => {}
                 Ok(Err(e)) => return Err(e),
                 // Would block: the readiness was cleared; wait for the next edge.
@@ -321,7 +341,7 @@ pub(crate) async fn write_input(
         let (written, failed) = io.write_all(&bytes, &mut stop).await;
         pending.fetch_sub(bytes.len(), Ordering::AcqRel);
         if let Some(failed) = failed {
-            if let Some(e) = failed {
+            if let WriteEnd::Failed(e) = failed {
                 tracing::debug!(error = %e, "pty writer stopped");
             }
             left.extend_from_slice(&bytes[written..]);

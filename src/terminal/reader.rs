@@ -44,7 +44,7 @@ use std::time::Duration;
 use tokio::sync::mpsc::error::TrySendError;
 
 use super::output::{EventSender, OutputPipeline};
-use super::pty_io::{BlockingRead, PtyReader};
+use super::pty_io::{BlockingRead, PtyReader, Read};
 use super::{ReaderCarry, TerminalEvent};
 
 /// [`FLOOD_READS`] reads in a row of at least this many bytes move the terminal's reading to
@@ -174,9 +174,9 @@ async fn read_until_end(
             .read_with(|bytes| (bytes.len(), pipeline.feed(bytes)))
             .await;
         let (read_bytes, events) = match read {
-            Ok(Some(Some(r))) => r,
-            Ok(Some(None)) => return Some((reader, pipeline, End::Eof)),
-            Ok(None) => return Some((reader, pipeline, End::Stopped)),
+            Ok(Read::Parsed(r)) => r,
+            Ok(Read::Eof) => return Some((reader, pipeline, End::Eof)),
+            Ok(Read::Stopped) => return Some((reader, pipeline, End::Stopped)),
             // EIO is how Linux reports that the last process holding the pty slave is gone.
             Err(_) => return Some((reader, pipeline, End::Eof)),
         };

@@ -41,6 +41,7 @@ mod seed_clients;
 mod service;
 mod shell_integration_scripts;
 mod state_dir;
+mod structure;
 mod terminal_lifecycle;
 mod terminal_model;
 mod upgrade;
