@@ -83,8 +83,14 @@ pub(super) async fn write_loop<S>(
         killed = kill.killed() => Some(killed),
     };
     if let Some((code, reason)) = close {
-        // A stalled peer may never read the close frame: do not wait for it forever.
-        let _ = tokio::time::timeout(CLOSE_LINGER, send_close(&mut sink, code, reason)).await;
+        // A stalled peer may never read the close frame: do not wait for it forever, and say
+        // in the log what the peer could not be told.
+        let sent = tokio::time::timeout(CLOSE_LINGER, send_close(&mut sink, code, reason.clone()))
+            .await
+            .unwrap_or(false);
+        if !sent {
+            tracing::info!(%peer, code, reason, "close frame not delivered: the peer's socket stayed full");
+        }
     }
 }
 
@@ -172,7 +178,8 @@ where
     }
 }
 
-async fn send_close<S>(sink: &mut Sink<S>, code: u16, mut reason: String)
+/// Sends a close frame and closes the sink; whether the frame was flushed.
+async fn send_close<S>(sink: &mut Sink<S>, code: u16, mut reason: String) -> bool
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
@@ -184,6 +191,7 @@ where
         code: CloseCode::from(code),
         reason: reason.into(),
     };
-    let _ = sink.send(Message::Close(Some(frame))).await;
+    let sent = sink.send(Message::Close(Some(frame))).await.is_ok();
     let _ = sink.close().await;
+    sent
 }
