@@ -13,11 +13,9 @@ const MAX_LINES: usize = 800;
 /// Files over [`MAX_LINES`] today that are being split; the list is emptied as each split lands.
 /// Adding to it is not a fix.
 const OVERSIZED_BEING_SPLIT: &[&str] = &[
-    "src/config.rs",
     "src/terminal/escape.rs",
     "src/store/format.rs",
     "src/host/screen.rs",
-    "src/terminal/model/mod.rs",
     "src/terminal/model/skip.rs",
     "src/upgrade/mod.rs",
     "tests/it/upgrade.rs",
@@ -142,9 +140,10 @@ fn layer_of(module: &str) -> Option<usize> {
     LAYERS.iter().position(|layer| layer.contains(&module))
 }
 
-/// Lines of `text` breaking the size rule, if any (a message per file).
+/// Lines of `text` breaking the size rule, if any (a message per file). The allow-list only
+/// shrinks: an entry that is gone or back under the limit is reported too.
 fn oversized(files: &[String]) -> Vec<String> {
-    files
+    let mut out: Vec<String> = files
         .iter()
         .filter(|f| !OVERSIZED_BEING_SPLIT.contains(&f.as_str()))
         .filter_map(|f| {
@@ -153,7 +152,19 @@ fn oversized(files: &[String]) -> Vec<String> {
                 format!("{f}: {n} lines, over {MAX_LINES}: split it by job (docs/architecture.md)")
             })
         })
-        .collect()
+        .collect();
+    for f in OVERSIZED_BEING_SPLIT {
+        let n = files
+            .iter()
+            .find(|g| g.as_str() == *f)
+            .map(|g| read(g).lines().count());
+        if n.is_none_or(|n| n <= MAX_LINES) {
+            out.push(format!(
+                "{f} is in OVERSIZED_BEING_SPLIT but is not over {MAX_LINES} lines: remove it from the list"
+            ));
+        }
+    }
+    out
 }
 
 /// Imports against the layer order, and any import of `crate::host` from `src/client`.
