@@ -16,7 +16,7 @@ def server(binary, socket):
 
 async def call(s, tool, args):
     r = await s.call_tool(tool, args)
-    return r, (r.structuredContent or {})
+    return r, (r.structured_content or {})
 
 
 def check(cond, what):
@@ -30,7 +30,7 @@ async def exit_codes(s, _b, _p):
     check({"run", "wait", "send", "stop", "list"} <= tools, f"tools {tools}")
     for cmd, code in [("true", 0), ("(exit 3)", 3), ("echo hello-$((6*7))", 0)]:
         r, sc = await call(s, "run", {"command": cmd, "wait_s": 20})
-        check(not r.isError, f"{cmd}: {r.content}")
+        check(not r.is_error, f"{cmd}: {r.content}")
         check(sc.get("status") == "exited" and sc.get("exit_code") == code, f"{cmd}: {sc}")
     check("hello-42" in sc["output"], f"output {sc['output']!r}")
     r, sc = await call(s, "run", {"command": "printf '10%%\\r50%%\\r100%%\\n'", "wait_s": 20})
@@ -45,7 +45,7 @@ async def exit_codes(s, _b, _p):
     kept = [l for l in sc["output"].splitlines() if l.isdigit()]
     check(len(sc["output"]) <= 2200 and om.get("lines", 0) + len(kept) == 100000, f"cut: {om} {len(kept)}")
     r, _ = await call(s, "wait", {"terminal": "no-such-terminal"})
-    check(r.isError, "unknown terminal is an error")
+    check(r.is_error, "unknown terminal is an error")
 
 
 async def list_second_session(s, binary, socket):
