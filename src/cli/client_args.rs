@@ -46,6 +46,27 @@ pub(crate) enum ClientCommand {
     /// Print a terminal's retained output (and follow it with -f).
     #[command(long_about = LOGS_ABOUT, after_help = CLIENT_AFTER_HELP)]
     Logs(LogsArgs),
+    /// Serve MCP on stdio: one agent session running its commands in watchable terminals.
+    #[command(long_about = MCP_ABOUT, after_help = CLIENT_AFTER_HELP)]
+    Mcp(McpArgs),
+}
+
+const MCP_ABOUT: &str = "Serve the Model Context Protocol on stdin/stdout for a coding agent: \
+one process is one agent session of the daemon, with the tools run, wait, send, stop and list \
+(docs/agents.md). Every command runs in a terminal a person can watch with `ahpty attach`. \
+When no daemon answers on the default socket, one is started in the background with the \
+default settings (it outlives the agent), unless --no-start.
+
+Example:
+  claude mcp add ahpty -- ahpty mcp";
+
+#[derive(clap::Args)]
+pub(crate) struct McpArgs {
+    /// Fail instead of starting a daemon when none answers on the default socket.
+    #[arg(long)]
+    no_start: bool,
+    #[command(flatten)]
+    target: TargetArgs,
 }
 
 pub(crate) const TERMINAL_HELP: &str =
@@ -327,6 +348,10 @@ pub(crate) fn client_main(command: ClientCommand, token: Option<String>) -> Exit
             }
             ClientCommand::Logs(a) => {
                 client::logs::logs(&target(&a.target)?, token, &a.terminal, a.follow, a.plain).await
+            }
+            ClientCommand::Mcp(a) => {
+                let default_socket = a.target.url.as_deref().is_none_or(|u| u.trim().is_empty());
+                client::mcp::mcp(target(&a.target)?, token, default_socket, !a.no_start).await
             }
         }
     });

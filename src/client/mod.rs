@@ -29,6 +29,7 @@ pub(crate) mod filter;
 pub mod kill;
 pub mod logs;
 pub mod ls;
+pub mod mcp;
 pub(crate) mod modes;
 pub mod new;
 pub(crate) mod plain;

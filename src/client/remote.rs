@@ -72,20 +72,22 @@ pub async fn dispatch_checked(
     conn.request::<Value>("ping", json!({ "channel": ROOT }))
         .await?;
     let seq = handle.client_seq;
+    let me = conn.client_id().to_string();
     Ok(
-        match conn.take_buffered(|e| rejected(e, uri, seq).is_some()) {
+        match conn.take_buffered(|e| rejected(e, uri, &me, seq).is_some()) {
             Some(e) => Err(e.rejection_reason.unwrap_or_default()),
             None => Ok(()),
         },
     )
 }
 
-/// The `rejectionReason` if `e` is the rejection of our action `client_seq` on `uri`.
-fn rejected(e: &ActionEnvelope, uri: &str, client_seq: i64) -> Option<String> {
+/// The `rejectionReason` if `e` is the rejection of the action `client_seq` that `me` (a
+/// `clientId`) dispatched on `uri`.
+fn rejected(e: &ActionEnvelope, uri: &str, me: &str, client_seq: i64) -> Option<String> {
     let ours = e.channel == uri
-        && e.origin.as_ref().is_some_and(|o| {
-            o.client_id == super::connect::CLIENT_ID && o.client_seq == client_seq
-        });
+        && e.origin
+            .as_ref()
+            .is_some_and(|o| o.client_id == me && o.client_seq == client_seq);
     if ours {
         e.rejection_reason.clone()
     } else {

@@ -27,6 +27,7 @@ mod hostile_output;
 mod hostile_peers;
 mod input_priority;
 mod limits;
+mod mcp;
 mod multi_client;
 mod ownership;
 mod persistence;

@@ -161,6 +161,8 @@ pub struct Conn {
     gave_up: Option<String>,
     /// Actions dispatched while the connection was lost, to send once it is back.
     held: VecDeque<(String, StateAction)>,
+    /// The `clientId` presented ([`CLIENT_ID`] unless opened with [`Conn::open_as`]).
+    client_id: String,
 }
 
 impl Conn {
@@ -171,6 +173,17 @@ impl Conn {
         token: Option<&str>,
         subscriptions: &[&str],
     ) -> Result<Conn, Failure> {
+        Conn::open_as(target, token, subscriptions, CLIENT_ID).await
+    }
+
+    /// [`Conn::open`] presenting `client_id` instead of [`CLIENT_ID`] (`ahpty mcp`: one
+    /// `clientId` per agent session); a resume presents it too.
+    pub async fn open_as(
+        target: &Target,
+        token: Option<&str>,
+        subscriptions: &[&str],
+        client_id: &str,
+    ) -> Result<Conn, Failure> {
         let timeout = |_| {
             Failure::unreachable(format!(
                 "the daemon at {} did not answer within {} s",
@@ -180,7 +193,7 @@ impl Conn {
         };
         tokio::time::timeout(
             CONNECT_TIMEOUT,
-            Conn::open_inner(target, token, subscriptions),
+            Conn::open_inner(target, token, subscriptions, client_id),
         )
         .await
         .map_err(timeout)?
@@ -190,10 +203,11 @@ impl Conn {
         target: &Target,
         token: Option<&str>,
         subscriptions: &[&str],
+        client_id: &str,
     ) -> Result<Conn, Failure> {
         let (client, events, credits) = connect_client(target, token).await?;
         let channels: Vec<String> = subscriptions.iter().map(|s| s.to_string()).collect();
-        let init = initialize(&client, target, &channels).await?;
+        let init = initialize(&client, target, &channels, client_id).await?;
         let name = init.server_info.as_ref().map(|i| i.name.as_str());
         if name != Some("ahpty") {
             return Err(Failure::unreachable(format!(
@@ -217,7 +231,13 @@ impl Conn {
             lost: None,
             gave_up: None,
             held: VecDeque::new(),
+            client_id: client_id.to_string(),
         })
+    }
+
+    /// The `clientId` this connection presents.
+    pub fn client_id(&self) -> &str {
+        &self.client_id
     }
 
     /// From now on a connection closed with [`CLOSE_RESTART`] (or superseded with
@@ -342,7 +362,7 @@ impl Conn {
             let params = ReconnectParams {
                 channel: ROOT.into(),
                 meta: None,
-                client_id: CLIENT_ID.into(),
+                client_id: self.client_id.clone(),
                 last_seen_server_seq: i64::try_from(self.last_seq).unwrap_or(i64::MAX),
                 subscriptions: self.channels.clone(),
             };
@@ -358,7 +378,7 @@ impl Conn {
             None
         };
         if found.is_none() {
-            let init = initialize(&client, &self.target, &self.channels)
+            let init = initialize(&client, &self.target, &self.channels, &self.client_id)
                 .await
                 .map_err(|f| f.message)?;
             let answer = ReconnectResult::Snapshot(ReconnectSnapshotResult {
@@ -553,17 +573,18 @@ async fn connect_client(
     Ok((client, events, credits))
 }
 
-/// `initialize` as [`CLIENT_ID`] with `subscriptions`.
+/// `initialize` as `client_id` with `subscriptions`.
 async fn initialize(
     client: &Client,
     target: &Target,
     subscriptions: &[String],
+    client_id: &str,
 ) -> Result<InitializeResult, Failure> {
     let params = InitializeParams {
         channel: ROOT.into(),
         meta: None,
         protocol_versions: vec!["1.0.0".into()],
-        client_id: CLIENT_ID.into(),
+        client_id: client_id.into(),
         initial_subscriptions: (!subscriptions.is_empty()).then(|| subscriptions.to_vec()),
         locale: None,
         capabilities: None,
