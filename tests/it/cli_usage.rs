@@ -267,7 +267,7 @@ spec!(
         let out = run(&["man", "bogus"], &[]);
         assert_eq!(out.code, Some(2), "{out:?}");
         assert!(
-            out.stderr.contains("run, logs)") && !out.stderr.contains("__run"),
+            out.stderr.contains("run, logs, mcp)") && !out.stderr.contains("__run"),
             "{out:?}"
         );
         // The hidden upgrade-check is the daemon's own: not offered.
