@@ -58,12 +58,12 @@ pub fn cut(lines: &[String], max_bytes: usize) -> Shaped {
     }
     let half = max_bytes / 2;
     let (mut head, mut used) = (0, 0);
-    while head < lines.len() && used + lines[head].len() + 1 <= half {
+    while head < lines.len() && used + lines[head].len() < half {
         used += lines[head].len() + 1;
         head += 1;
     }
     let (mut tail, mut tail_used) = (lines.len(), 0);
-    while tail > head && used + tail_used + lines[tail - 1].len() + 1 <= max_bytes {
+    while tail > head && used + tail_used + lines[tail - 1].len() < max_bytes {
         tail_used += lines[tail - 1].len() + 1;
         tail -= 1;
     }

@@ -22,6 +22,9 @@ use super::reply::{misuse, Holder, Omitted, Reply};
 use super::session::Session;
 use crate::client::{remote, Conn};
 
+/// Raw output one call keeps at most (bytes); a longer output's head is replied.
+const MAX_RAW_BYTES: usize = 64 << 20;
+
 /// Longest wait of one call, in seconds (clients cut tool calls at 60 s).
 const MAX_WAIT_S: u64 = 50;
 
@@ -129,10 +132,9 @@ async fn follow(conn: &mut Conn, uri: &str, wait: Duration, mut capturing: bool)
         }
         match e.action {
             StateAction::TerminalCommandExecuted(_) => capturing = true,
-            StateAction::TerminalData(d) if capturing => {
-                if f.raw.len() < 64 << 20 {
-                    f.raw.push_str(&d.data)
-                }
+            // Past MAX_RAW_BYTES the rest stays in the terminal's scrollback only.
+            StateAction::TerminalData(d) if capturing && f.raw.len() < MAX_RAW_BYTES => {
+                f.raw.push_str(&d.data)
             }
             StateAction::TerminalCommandFinished(c) => {
                 f.finished = Some((
