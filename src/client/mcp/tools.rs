@@ -202,6 +202,21 @@ fn call_ids(ctx: &RequestContext<RoleServer>) -> (String, String) {
     (format!("turn-{id}"), format!("call-{id}"))
 }
 
+impl Server {
+    /// The session's connection and the terminal `name` selects (number, title, URI or
+    /// prefix, as `ahpty attach` takes); on failure, the tool's error reply.
+    async fn open(
+        &self,
+        name: &str,
+    ) -> Result<(Conn, crate::proto::catalog::TerminalSummary), CallToolResult> {
+        let mut conn = self.session.conn().await.map_err(failed)?;
+        match remote::find(&mut conn, name).await {
+            Ok((t, _)) => Ok((conn, t)),
+            Err(e) => Err(misuse("unknown_terminal", &e.message)),
+        }
+    }
+}
+
 #[tool_router(server_handler)]
 impl Server {
     #[tool(
@@ -295,14 +310,10 @@ impl Server {
     ) -> CallToolResult {
         let s = &self.session;
         let (turn, call) = call_ids(&ctx);
-        let mut conn = match s.conn().await {
-            Ok(c) => c,
-            Err(e) => return failed(e),
-        };
         let started = Instant::now();
-        let t = match remote::find(&mut conn, &p.terminal).await {
-            Ok((t, _)) => t,
-            Err(e) => return misuse("unknown_terminal", &e.message),
+        let (mut conn, t) = match self.open(&p.terminal).await {
+            Ok(opened) => opened,
+            Err(reply) => return reply,
         };
         if let Err(e) = remote::subscribe(&mut conn, &t.resource).await {
             return failed(e);
@@ -331,14 +342,10 @@ impl Server {
                 None => return misuse("unknown_key", &format!("{k:?} is not a key name: use C-x, Enter, Tab, Esc, Up, Down, Left, Right, Home, End, PageUp, PageDown, Delete, Backspace, F1–F12")),
             }
         }
-        let mut conn = match self.session.conn().await {
-            Ok(c) => c,
-            Err(e) => return failed(e),
-        };
         let started = Instant::now();
-        let t = match remote::find(&mut conn, &p.terminal).await {
-            Ok((t, _)) => t,
-            Err(e) => return misuse("unknown_terminal", &e.message),
+        let (mut conn, t) = match self.open(&p.terminal).await {
+            Ok(opened) => opened,
+            Err(reply) => return reply,
         };
         if let Err(e) = remote::subscribe(&mut conn, &t.resource).await {
             return failed(e);
@@ -363,14 +370,10 @@ impl Server {
         description = "Stop the command in a terminal: INT types Ctrl-C; KILL or dispose disposes of the terminal."
     )]
     async fn stop(&self, Parameters(p): Parameters<StopParams>) -> CallToolResult {
-        let mut conn = match self.session.conn().await {
-            Ok(c) => c,
-            Err(e) => return failed(e),
-        };
         let started = Instant::now();
-        let t = match remote::find(&mut conn, &p.terminal).await {
-            Ok((t, _)) => t,
-            Err(e) => return misuse("unknown_terminal", &e.message),
+        let (mut conn, t) = match self.open(&p.terminal).await {
+            Ok(opened) => opened,
+            Err(reply) => return reply,
         };
         if p.dispose || p.signal == "KILL" {
             if let Err(e) = remote::dispose(&mut conn, &t.resource).await {
