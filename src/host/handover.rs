@@ -119,6 +119,26 @@ pub struct TerminalImage {
     /// Its transcript in the state directory: `(key, bytes since the last checkpoint)`.
     #[serde(default)]
     pub transcript: Option<(String, usize)>,
+    /// Format 3: the lengths in bytes of its [`texts_mut`](Self::texts_mut), in that order,
+    /// which follow the JSON as raw bytes (each text is empty in the JSON). `None`: every
+    /// text is in the JSON (formats 1 and 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raw_texts: Option<Vec<u64>>,
+}
+
+impl TerminalImage {
+    /// Its bulky texts — the retained content parts' text (up to `--scrollback-bytes`), the
+    /// model's base and the output not yet applied to it — in a fixed order that depends only
+    /// on the rest of the image. A live upgrade's hand-over carries them as raw bytes.
+    pub fn texts_mut(&mut self) -> impl Iterator<Item = &mut String> {
+        use ahp_types::state::TerminalContentPart as Part;
+        let content = self.state.content.iter_mut().filter_map(|part| match part {
+            Part::Unclassified(u) => Some(&mut u.value),
+            Part::Command(c) => Some(&mut c.output),
+            Part::Unknown(_) => None,
+        });
+        content.chain(self.screen.iter_mut().flat_map(ScreenImage::texts_mut))
+    }
 }
 
 impl Host {
@@ -298,6 +318,7 @@ impl Host {
                 pump: parked.state,
                 screen: Some(t.screen.image()),
                 transcript: t.transcript.as_ref().map(|tr| tr.image()),
+                raw_texts: None,
             });
         }
         let image = HostImage {

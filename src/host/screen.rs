@@ -202,6 +202,17 @@ pub struct ScreenImage {
     rows: u16,
 }
 
+impl ScreenImage {
+    /// Its texts (the model's base and the output not yet applied to it), which a live
+    /// upgrade's hand-over carries as raw bytes rather than in its JSON.
+    pub(super) fn texts_mut(&mut self) -> impl Iterator<Item = &mut String> {
+        self.base
+            .texts_mut()
+            .into_iter()
+            .chain(self.pending.iter_mut().map(|(_, text)| text))
+    }
+}
+
 impl Screen {
     /// This screen as data.
     pub(super) fn image(&self) -> ScreenImage {

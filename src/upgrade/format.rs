@@ -3,11 +3,13 @@
 //!
 //! Neither side ever holds the whole encoded document: the writer serializes the
 //! [`Handover`] straight into the file through a [`WRITE_BUFFER`]-sized buffer, and the reader
-//! parses it through a [`READ_BUFFER`]-sized one. The histories' texts — most of the retained
-//! state — are not in the JSON (format 2): they follow it as raw bytes, written from the
-//! store's own buffers (shared, not copied: `host::history`) and read into buffers of their
-//! exact size. So the encoding costs the file itself plus two fixed buffers, whatever the
-//! retained state, and moves the texts without escaping or parsing them.
+//! parses it through a [`READ_BUFFER`]-sized one. The bulky texts — the histories' envelopes
+//! (format 2), the terminals' retained content and their models' text (format 3), nearly all
+//! of the retained state — are not in the JSON: they follow it as raw bytes, written from the
+//! image's own buffers (the histories' are shared with the store, not copied:
+//! `host::history`) and read into buffers of their exact size. So the JSON is small whatever
+//! the output retained, the encoding costs the file itself plus two fixed buffers, and the
+//! texts move without escaping or parsing.
 //!
 //! May touch: the in-memory file it creates or is given (by `pwrite`/`pread` at explicit
 //! offsets: the file offset is shared with the other image).
@@ -23,10 +25,11 @@ use crate::host::history::EntryImage;
 use crate::server::handover::ServerImage;
 
 /// The hand-over format this version writes (docs/upgrade.md).
-pub const FORMAT: u32 = 2;
+pub const FORMAT: u32 = 3;
 
-/// The hand-over formats this version reads: 1 (every text in the JSON) and 2.
-pub const READABLE_FORMATS: &[u32] = &[1, 2];
+/// The hand-over formats this version reads: 1 (every text in the JSON), 2 (the histories'
+/// texts raw) and 3 (the terminals' contents and models raw too).
+pub const READABLE_FORMATS: &[u32] = &[1, 2, 3];
 
 /// First bytes of a hand-over file.
 const MAGIC: &[u8; 8] = b"AHPTYHO\0";
@@ -87,6 +90,36 @@ pub fn write(h: &mut Handover, fault: Option<WriteFault>) -> io::Result<(OwnedFd
             std::mem::replace(&mut e.text, Frame::from(""))
         })
         .collect();
+    // The terminals' texts are moved out for the JSON and back in afterwards, whatever the
+    // outcome: a failed write is followed by another one (without the histories).
+    let mut bulk: Vec<String> = Vec::new();
+    for t in &mut h.host.terminals {
+        let mut lens = Vec::new();
+        for text in t.texts_mut() {
+            lens.push(text.len() as u64);
+            bulk.push(std::mem::take(text));
+        }
+        t.raw_texts = Some(lens);
+    }
+    let written = write_parts(h, &texts, &bulk, fault);
+    let mut back = bulk.into_iter();
+    for t in &mut h.host.terminals {
+        t.raw_texts = None;
+        for text in t.texts_mut() {
+            *text = back.next().unwrap_or_default();
+        }
+    }
+    written
+}
+
+/// [`write`] once the texts are out of `h`: the header, the JSON, the histories' `texts`,
+/// then the terminals' `bulk`.
+fn write_parts(
+    h: &Handover,
+    texts: &[Frame],
+    bulk: &[String],
+    fault: Option<WriteFault>,
+) -> io::Result<(OwnedFd, u64)> {
     let fd = sys::memfd()?;
     let mut header = [0u8; HEADER];
     header[..8].copy_from_slice(MAGIC);
@@ -100,13 +133,16 @@ pub fn write(h: &mut Handover, fault: Option<WriteFault>) -> io::Result<(OwnedFd
             fail_at: fault.map(|f| HEADER as u64 + f.0),
         },
     );
-    serde_json::to_writer(&mut sink, &*h).map_err(io::Error::from)?;
+    serde_json::to_writer(&mut sink, h).map_err(io::Error::from)?;
     sink.flush()?;
     let mut file = sink.into_inner().map_err(|e| e.into_error())?;
     let len = file.at - HEADER as u64;
     sys::pwrite_all(fd.as_raw_fd(), &len.to_le_bytes(), 16)?;
-    for text in &texts {
+    for text in texts {
         file.write_all(text.as_str().as_bytes())?;
+    }
+    for text in bulk {
+        file.write_all(text.as_bytes())?;
     }
     Ok((fd, file.at))
 }
@@ -169,24 +205,47 @@ pub fn read(fd: RawFd) -> Result<Handover, String> {
     let mut at = HEADER as u64 + len;
     for e in entries(&mut h.host) {
         let Some(n) = e.bytes.take() else { continue };
-        let end = at
-            .checked_add(n)
-            .filter(|&end| end <= size)
-            .ok_or_else(|| {
-                format!("hand-over truncated: {size} bytes, a history text ends past them")
-            })?;
-        // Bounded by the file's size, checked above.
-        let mut buf = vec![0u8; n as usize];
-        let got = sys::pread_full(fd, &mut buf, at).map_err(|e| format!("cannot read it: {e}"))?;
-        if got < buf.len() {
-            return Err(format!("hand-over truncated at byte {}", at + got as u64));
+        e.text = Frame::from(raw_text(fd, &mut at, n, size, "history")?);
+    }
+    for t in &mut h.host.terminals {
+        let Some(lens) = t.raw_texts.take() else {
+            continue;
+        };
+        let uri = t.uri.clone();
+        let mut slots: Vec<&mut String> = t.texts_mut().collect();
+        if slots.len() != lens.len() {
+            return Err(format!(
+                "hand-over: terminal {uri} names {} raw texts for {} places",
+                lens.len(),
+                slots.len()
+            ));
         }
-        let text = String::from_utf8(buf)
-            .map_err(|_| format!("hand-over: the history text at byte {at} is not UTF-8"))?;
-        e.text = Frame::from(text);
-        at = end;
+        for (slot, n) in slots.iter_mut().zip(lens) {
+            **slot = raw_text(fd, &mut at, n, size, "terminal")?;
+        }
     }
     Ok(h)
+}
+
+/// The raw text of `n` bytes at `*at` in the hand-over file of `size` bytes; advances `*at`.
+/// Errors: it ends past the file, cannot be read, or is not UTF-8 (`what` names it).
+fn raw_text(fd: RawFd, at: &mut u64, n: u64, size: u64, what: &str) -> Result<String, String> {
+    let end = at
+        .checked_add(n)
+        .filter(|&end| end <= size)
+        .ok_or_else(|| {
+            format!("hand-over truncated: {size} bytes, a {what} text ends past them")
+        })?;
+    // Bounded by the file's size, checked above.
+    let mut buf = vec![0u8; n as usize];
+    let got = sys::pread_full(fd, &mut buf, *at).map_err(|e| format!("cannot read it: {e}"))?;
+    if got < buf.len() {
+        return Err(format!("hand-over truncated at byte {}", *at + got as u64));
+    }
+    let text = String::from_utf8(buf)
+        .map_err(|_| format!("hand-over: the {what} text at byte {} is not UTF-8", *at))?;
+    *at = end;
+    Ok(text)
 }
 
 /// A file read and written at an explicit, advancing offset (`pread`/`pwrite`), never
@@ -298,9 +357,9 @@ mod tests {
             read_bytes(b"nonsense").unwrap_err(),
             "not an ahpty hand-over"
         );
-        let mut v3 = bytes.clone();
-        v3[8] = 3;
-        assert!(read_bytes(&v3).unwrap_err().contains("format 3"));
+        let mut v4 = bytes.clone();
+        v4[8] = 4;
+        assert!(read_bytes(&v4).unwrap_err().contains("format 4"));
         let err = read_bytes(&bytes[..bytes.len() - 1]).unwrap_err();
         assert!(err.contains("truncated"), "{err}");
         let mut huge = bytes.clone();
@@ -313,6 +372,89 @@ mod tests {
         let last = bad.len() - 1;
         bad[last] = 0xff;
         assert!(read_bytes(&bad).unwrap_err().contains("not UTF-8"));
+    }
+
+    /// A terminal of the image, with two content parts.
+    fn terminal(uri: &str, texts: [&str; 2]) -> crate::host::handover::TerminalImage {
+        use ahp_types::state::*;
+        let state = TerminalState {
+            title: "t".into(),
+            cwd: None,
+            cols: Some(80),
+            rows: Some(24),
+            content: vec![
+                TerminalContentPart::Unclassified(TerminalUnclassifiedPart {
+                    value: texts[0].into(),
+                }),
+                TerminalContentPart::Command(TerminalCommandPart {
+                    command_id: "c1".into(),
+                    command_line: "ls".into(),
+                    output: texts[1].into(),
+                    timestamp: 0,
+                    is_complete: true,
+                    exit_code: Some(0),
+                    duration_ms: Some(1),
+                }),
+            ],
+            lifecycle: TerminalLifecycleState::Running(TerminalRunningLifecycleState {}),
+            claim: TerminalClaim::Client(TerminalClientClaim {
+                client_id: "c".into(),
+            }),
+            supports_command_detection: Some(true),
+            is_pty: Some(true),
+        };
+        serde_json::from_value(serde_json::json!({
+            "uri": uri, "id": 1, "state": state, "holder": "c", "renamedByClient": false,
+            "contentBytes": texts[0].len() + texts[1].len(),
+            "history": {"cap": 10, "floor": 0, "entries": []},
+            "createdMs": 0,
+            "reader": crate::terminal::ReaderCarry::default(),
+            "pump": {},
+        }))
+        .unwrap()
+    }
+
+    fn content(t: &crate::host::handover::TerminalImage) -> Vec<String> {
+        let mut t = t.clone();
+        t.texts_mut().map(|s| s.clone()).collect()
+    }
+
+    /// Format 3: the terminals' contents follow the JSON as raw bytes (the JSON holds none
+    /// of them, escaped or not), come back in place, and stay in the image that was written;
+    /// a count that does not match the image is named.
+    #[test]
+    fn terminal_texts_travel_raw() {
+        let mut h = sample();
+        let texts = ["pr\u{1b}[1mompt $ \"q\"\r\n", "y\r\ny\r\n"];
+        h.host.terminals.push(terminal("ahp-terminal:/a", texts));
+        h.host
+            .terminals
+            .push(terminal("ahp-terminal:/b", ["", "é"]));
+        let (fd, _) = write(&mut h, None).unwrap();
+        assert_eq!(content(&h.host.terminals[0]), texts, "the writer kept them");
+        let bytes = bytes_of(&fd);
+        let json_len = u64::from_le_bytes(bytes[16..24].try_into().unwrap()) as usize;
+        let json = std::str::from_utf8(&bytes[HEADER..HEADER + json_len]).unwrap();
+        assert!(
+            !json.contains("ompt") && !json.contains("y\\r\\n"),
+            "{json}"
+        );
+        assert!(bytes[HEADER + json_len..].ends_with("y\r\ny\r\né".as_bytes()));
+        let back = read(fd.as_raw_fd()).unwrap();
+        assert_eq!(content(&back.host.terminals[0]), texts);
+        assert_eq!(content(&back.host.terminals[1]), ["", "é"]);
+        assert_eq!(back.host.terminals[0].raw_texts, None);
+
+        // One text more in the JSON than the image has places for.
+        let mut v: serde_json::Value = serde_json::from_str(json).unwrap();
+        v["host"]["terminals"][1]["rawTexts"] = serde_json::json!([0, 2, 0]);
+        let json = serde_json::to_vec(&v).unwrap();
+        let mut damaged = bytes[..16].to_vec();
+        damaged.extend_from_slice(&(json.len() as u64).to_le_bytes());
+        damaged.extend_from_slice(&json);
+        damaged.extend_from_slice(&bytes[HEADER + json_len..]);
+        let err = read(file_of(&damaged).as_raw_fd()).unwrap_err();
+        assert!(err.contains("names 3 raw texts for 2 places"), "{err}");
     }
 
     /// Format 1 (every text in the JSON, what the version before wrote) is still read.

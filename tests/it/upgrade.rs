@@ -364,7 +364,7 @@ spec!(
             (
                 "reads another format",
                 Some("echo '{\"version\":\"9.0.0\",\"handoverFormats\":[99]}'"),
-                &["pre-flight", "version 9.0.0", "[99]", "writes [2]"],
+                &["pre-flight", "version 9.0.0", "[99]", "writes [3]"],
             ),
         ];
         for (what, script, expect) in cases {

@@ -48,6 +48,12 @@ pub struct Frozen {
 }
 
 impl Frozen {
+    /// Its two texts (the dump and the client's text), which a live upgrade's hand-over
+    /// carries as raw bytes rather than in its JSON.
+    pub fn texts_mut(&mut self) -> [&mut String; 2] {
+        [&mut self.raw, &mut self.client]
+    }
+
     /// The state of a terminal that has printed nothing yet.
     pub fn fresh(cols: u16, rows: u16) -> Frozen {
         let (cols, rows) = clamp_size(cols, rows);
