@@ -51,3 +51,5 @@ mod utf8_output;
 mod vscode;
 mod websocat_recipes;
 mod wire_errors;
+mod xterm_judge;
+mod xterm_judge_screens;

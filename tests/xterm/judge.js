@@ -1,15 +1,17 @@
 #!/usr/bin/env node
 // The test suite's screen judge: feeds byte streams to @xterm/headless with VS Code's
 // terminal settings (1000 lines of scrollback, Unicode 11 widths) and prints the resulting
-// screen as JSON: every cell of the scrollback and the screen, the cursor, the active buffer
-// and the modes.
+// screen as JSON: every cell of the scrollback and the screen (and of the primary screen under
+// the alternate one), the cursor, the active buffer, the modes, and the state later output
+// depends on (pen, saved cursors, scroll region, tab stops, charsets, pending wrap).
 //
 // Usage:
 //   node judge.js [--cols N] [--rows N] [--base64] [FILE...]
 //       One screen: FILEs (or stdin when none) are fed in order, raw bytes or base64 text.
 //   node judge.js --batch
 //       Many screens: each stdin line is a JSON case
-//         {"cols": 80, "rows": 24, "steps": [{"data": "<base64>"} | {"resize": [cols, rows]}]}
+//         {"cols": 80, "rows": 24, "steps": [{"data": "<base64>"} | {"text": "<string>"}
+//                                            | {"resize": [cols, rows]}]}
 //       and each gets one output line, the screen's JSON (or {"error": "..."}).
 'use strict';
 
@@ -50,25 +52,65 @@ function underline(cell) {
   return { style, colour: col };
 }
 
-function describeCell(cell) {
-  const d = { ch: cell.getChars(), w: cell.getWidth() };
-  const fg = colour(cellMode(cell, 'fg'), cell.getFgColor());
-  const bg = colour(cellMode(cell, 'bg'), cell.getBgColor());
+// The colours and attributes of a cell, or of a pen (xterm's AttributeData, which cells extend).
+function describeAttrs(a, d) {
+  const fg = colour(cellMode(a, 'fg'), a.getFgColor());
+  const bg = colour(cellMode(a, 'bg'), a.getBgColor());
   if (fg) d.fg = fg;
   if (bg) d.bg = bg;
   const flags = [];
-  if (cell.isBold()) flags.push('bold');
-  if (cell.isDim()) flags.push('dim');
-  if (cell.isItalic()) flags.push('italic');
-  if (cell.isBlink()) flags.push('blink');
-  if (cell.isInverse()) flags.push('inverse');
-  if (cell.isInvisible()) flags.push('invisible');
-  if (cell.isStrikethrough()) flags.push('strike');
-  if (cell.isOverline()) flags.push('overline');
+  if (a.isBold()) flags.push('bold');
+  if (a.isDim()) flags.push('dim');
+  if (a.isItalic()) flags.push('italic');
+  if (a.isBlink()) flags.push('blink');
+  if (a.isInverse()) flags.push('inverse');
+  if (a.isInvisible()) flags.push('invisible');
+  if (a.isStrikethrough()) flags.push('strike');
+  if (a.isOverline()) flags.push('overline');
   if (flags.length) d.attrs = flags;
-  const u = underline(cell);
+  const u = underline(a);
   if (u) d.underline = u;
   return d;
+}
+
+function describeCell(cell) {
+  return describeAttrs(cell, { ch: cell.getChars(), w: cell.getWidth() });
+}
+
+// A charset by name: null for ASCII, 'dec-graphics' for DEC line drawing, else its mapped
+// characters in key order.
+function describeCharset(c) {
+  if (!c) return null;
+  if (c.q === '\u2500' && c.x === '\u2502') return 'dec-graphics';
+  return Object.keys(c).sort().map((k) => k + c[k]).join('');
+}
+
+// What the screen does not show but later output depends on (xterm internals of the pinned
+// version): the pen, the saved cursor, the scroll region, the tab stops, the charsets, a
+// pending wrap. `null` where the internals are not found.
+function hiddenState(term, buf) {
+  const core = term._core;
+  const b = buf && buf._buffer ? buf._buffer : null;
+  const ih = core && core._inputHandler;
+  const cs = core && core._charsetService;
+  if (!b || !ih || !cs) return null;
+  const tabs = Object.keys(b.tabs || {}).filter((k) => b.tabs[k]).map(Number).sort((x, y) => x - y);
+  return {
+    pen: describeAttrs(ih._curAttrData, {}),
+    saved: { x: b.savedX, y: b.savedY, pen: describeAttrs(b.savedCurAttrData, {}), charset: describeCharset(b.savedCharset) },
+    region: [b.scrollTop, b.scrollBottom],
+    tabs,
+    charsets: { glevel: cs.glevel, g: [0, 1, 2, 3].map((i) => describeCharset(cs._charsets[i])) },
+    pendingWrap: b.x >= term.cols,
+  };
+}
+
+// The saved cursor of a buffer other than the active one (the primary screen's, which
+// leaving the alternate screen restores).
+function savedOf(buf) {
+  const b = buf && buf._buffer ? buf._buffer : null;
+  if (!b) return null;
+  return { x: b.savedX, y: b.savedY, pen: describeAttrs(b.savedCurAttrData, {}), charset: describeCharset(b.savedCharset) };
 }
 
 function describeLine(line, cols) {
@@ -106,6 +148,10 @@ function describe(term) {
     insert: term.modes.insertMode,
     focus: term.modes.sendFocusMode,
   };
+  const primary = [];
+  if (buf.type === 'alternate') {
+    for (let y = 0; y < term.rows; y++) primary.push(describeLine(normal.getLine(normal.baseY + y), term.cols));
+  }
   return {
     cols: term.cols,
     rows: term.rows,
@@ -120,6 +166,10 @@ function describe(term) {
     modes,
     scrollback,
     screen,
+    // The primary screen under an active alternate one (empty otherwise), and its saved cursor.
+    primary,
+    primarySaved: buf.type === 'alternate' ? savedOf(normal) : null,
+    hidden: hiddenState(term, buf),
   };
 }
 
@@ -140,9 +190,11 @@ async function run(cols, rows, steps) {
 }
 
 function parseSteps(c) {
-  return (c.steps || []).map((s) =>
-    s.resize ? { resize: s.resize } : new Uint8Array(Buffer.from(s.data || '', 'base64')),
-  );
+  return (c.steps || []).map((s) => {
+    if (s.resize) return { resize: s.resize };
+    if (typeof s.text === 'string') return s.text;
+    return new Uint8Array(Buffer.from(s.data || '', 'base64'));
+  });
 }
 
 async function batch() {
@@ -173,7 +225,7 @@ async function main() {
     else if (a === '--rows') rows = parseInt(args[++i], 10);
     else if (a === '--base64') base64 = true;
     else if (a === '--help' || a === '-h') {
-      process.stdout.write(fs.readFileSync(__filename, 'utf8').split('\n').slice(1, 13).join('\n') + '\n');
+      process.stdout.write(fs.readFileSync(__filename, 'utf8').split('\n').slice(1, 15).join('\n') + '\n');
       return;
     } else files.push(a);
   }

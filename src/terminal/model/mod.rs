@@ -437,14 +437,16 @@ fn truecolour_with_semicolons(d: &str) -> String {
 /// of `cols` columns into its default state, whatever it showed before — primary screen, full
 /// scroll region, no origin mode, autowrap on, insert and newline modes off, ASCII charsets,
 /// normal cursor keys and keypad, cursor shown, mouse reporting, focus events and bracketed
-/// paste off, default pen, a tab stop every 8 columns, the cursor home on a cleared screen.
+/// paste off, default pen, a tab stop every 8 columns from the first, the cursor home on a
+/// cleared screen.
 pub fn preamble(cols: u16) -> String {
     let mut s = String::from(
         "\x1b[?1049l\x1b[r\x1b[?6l\x1b[?7h\x1b[4l\x1b[20l\x1b(B\x1b)B\x0f\x1b[?1l\x1b>\x1b[?25h\
          \x1b[?9l\x1b[?1000l\x1b[?1002l\x1b[?1003l\x1b[?1005l\x1b[?1006l\x1b[?1015l\
          \x1b[?1004l\x1b[?2004l\x1b[0m\x1b[3g",
     );
-    let mut col = 9;
+    // xterm's power-on stops include the first column.
+    let mut col = 1;
     while col <= cols {
         let _ = write!(s, "\x1b[{col}G\x1bH");
         col += 8;
